@@ -1,0 +1,28 @@
+# Tilewright: `make demo` and `make test` set everything up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench docs clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/tilewright demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/fsim_matmul.py
+
+docs: $(STAMP)
+	$(VENV)/bin/tilewright docs
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis benchmarks/results

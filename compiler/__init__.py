@@ -1,0 +1,1 @@
+"""Compiler: tensor expressions, schedules, passes, graph level, tuner (ARCHITECTURE.md §6)."""

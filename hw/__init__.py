@@ -1,0 +1,1 @@
+"""Amaranth HDL components of the accelerator (see ARCHITECTURE.md §4)."""

@@ -1,0 +1,1 @@
+"""Runtime: one device API over the simulator, RTL and FPGA backends (ARCHITECTURE.md §5)."""

@@ -1,0 +1,608 @@
+"""Functional simulator: the reference semantics of the accelerator.
+
+The simulator runs an instruction stream the way the hardware does: fetch
+decodes instructions in order and routes them to the load, compute and store
+command queues; each stream executes its queue in order, popping dependency
+tokens before an instruction and pushing them after. It is untimed but
+bit-exact with the RTL: DRAM contents, error codes and the counters both
+define are the same.
+
+Each GEMM or ALU instruction is evaluated as a few batched numpy operations
+over its loops and micro-ops (GEMM as float64 matrix products, exact for
+these operand widths), never as a Python loop per micro-op.
+
+Scheduling: by default the compute stream runs whenever it can, then store,
+then load. Any order gives the same result for a program whose tokens order
+every conflicting access; running compute first makes FINISH execute as early
+as the tokens allow, so work left unordered before FINISH is reported. Other
+priorities (``priority=``) let tests show that results do not depend on the
+order and how far one stream can run ahead of another.
+"""
+
+import dataclasses
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilewright import isa
+from tilewright.config import load_config
+from tilewright.isa import Alu, ErrorCode, Finish, Gemm, Load, MemType, Store, Stream
+from tilewright.semantics import alu as alu_op, wrap
+
+from .dram import Dram
+
+__all__ = ["FunctionalSimulator", "RunStats", "SimError", "ExecutionError", "DeadlockError",
+           "ProtocolError", "Blocked"]
+
+
+# -- errors ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Blocked:
+    """Why one stream cannot move: its next instruction and the queue it waits on."""
+    stream: Stream
+    index: int          # instruction index in the program
+    insn: object
+    queue: isa.Queue
+    reason: str         # "pop" (queue empty) or "push" (queue full)
+
+    def __str__(self):
+        what = "waits for a token on" if self.reason == "pop" else "waits for room in"
+        return (f"{self.stream.name.lower()} stream: instruction {self.index} "
+                f"({type(self.insn).__name__.upper()}) {what} {self.queue.name.lower()}")
+
+
+class SimError(Exception):
+    """A run that stopped with an error code.
+
+    Attributes: ``code`` (:class:`~tilewright.isa.ErrorCode`), ``message``,
+    ``index`` (instruction index or None), ``stream`` (or None), ``stats``
+    (counters up to the stop).
+    """
+
+    def __init__(self, code, message, *, index=None, stream=None):
+        super().__init__(message)
+        self.code, self.message, self.index, self.stream = ErrorCode(code), message, index, stream
+        self.stats = None
+
+    def __str__(self):
+        where = "" if self.index is None else f"instruction {self.index}: "
+        return f"{self.code.name}: {where}{self.message}"
+
+
+class ExecutionError(SimError):
+    """An instruction that fetch or a unit rejected (illegal encoding, range, bus)."""
+
+
+class DeadlockError(SimError):
+    """Every stream waits on a token queue; ``blocked`` lists each waiting stream."""
+
+    def __init__(self, message, blocked, **kw):
+        self.blocked = blocked
+        super().__init__(ErrorCode.DEADLOCK, message + "".join(f"\n  {b}" for b in blocked), **kw)
+
+
+class ProtocolError(SimError):
+    """Tokens left over or streams not drained at FINISH, or no FINISH at all."""
+
+    def __init__(self, message, blocked=(), **kw):
+        self.blocked = list(blocked)
+        super().__init__(ErrorCode.PROTOCOL, message + "".join(f"\n  {b}" for b in blocked), **kw)
+
+
+# -- counters ----------------------------------------------------------------
+
+def _per_kind(kinds):
+    return field(default_factory=lambda: dict.fromkeys(kinds, 0))
+
+
+@dataclass
+class RunStats:
+    """Counters of one run (also defined, with the same meaning, by the RTL)."""
+    dram_bytes_read: dict = _per_kind(("insn", "uop", "inp", "wgt", "acc", "acc8"))
+    dram_bytes_written: dict = _per_kind(("out",))
+    gemm_uops: int = 0
+    alu_uops: int = 0
+    instructions: dict = _per_kind(("load", "compute", "store"))
+
+    @property
+    def total_bytes_read(self):
+        return sum(self.dram_bytes_read.values())
+
+    @property
+    def total_bytes_written(self):
+        return sum(self.dram_bytes_written.values())
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+
+# -- the simulator -----------------------------------------------------------
+
+def _int_dtype(bits):
+    return np.dtype(f"<i{bits // 8}")
+
+
+class FunctionalSimulator:
+    """Bit-exact functional model of one accelerator instance.
+
+    Parameters
+    ----------
+    config : HwConfig or str
+        Config or preset name / TOML path.
+    dram_bytes : int
+        Size of the simulated DRAM.
+    priority : sequence of Stream
+        Order in which runnable streams are stepped (compute, store, load).
+
+    Attributes
+    ----------
+    dram : Dram
+        Memory shared by host and accelerator.
+    executed : list of int
+        Instruction indices of the last run, in execution order.
+    """
+
+    def __init__(self, config="default", *, dram_bytes=256 << 20,
+                 priority=(Stream.COMPUTE, Stream.STORE, Stream.LOAD)):
+        self.cfg = load_config(config)
+        self.dram = Dram(dram_bytes)
+        self.priority = tuple(Stream(s) for s in priority)
+        if sorted(self.priority) != list(Stream):
+            raise ValueError(f"priority must order every stream once, not {priority!r}")
+        self.executed = []
+        c = self.cfg
+        # inp and wgt are kept as float64 so GEMM feeds BLAS without a
+        # conversion; they only ever hold integers of inp/wgt width.
+        self._inp = np.zeros((c.inp_depth, c.batch, c.block_in))
+        self._wgt = np.zeros((c.wgt_depth, c.block_out, c.block_in))
+        # acc and out hold exactly acc_width / out_width bits: storing into
+        # them wraps (truncates) as semantics.wrap / semantics.narrow define.
+        self._acc = np.zeros((c.acc_depth, c.batch, c.block_out), dtype=_int_dtype(c.acc_width))
+        self._out = np.zeros((c.acc_depth, c.batch, c.block_out), dtype=_int_dtype(c.out_width))
+        self._uop = np.zeros((3, c.uop_depth), dtype=np.int64)    # dst, src, wgt
+        self._uop_fields = isa.uop_format(c).fields
+        self._wgt_version, self._weight_cache = 0, {}
+        self._depth = {mem: c.depth(mem) for mem in ("uop", "inp", "wgt", "acc", "out")}
+        self.stats = RunStats()
+
+    # -- inspection ----------------------------------------------------------
+
+    def sram(self, name):
+        """A copy of SRAM ``name`` (``uop``, ``inp``, ``wgt``, ``acc``, ``out``) as integers.
+
+        ``uop`` is returned as an ``(depth, 3)`` array of (dst, src, wgt).
+        """
+        c = self.cfg
+        return {
+            "uop": lambda: self._uop.T.copy(),
+            "inp": lambda: self._inp.astype(_int_dtype(c.inp_width)),
+            "wgt": lambda: self._wgt.astype(_int_dtype(c.wgt_width)),
+            "acc": lambda: self._acc.copy(),
+            "out": lambda: self._out.copy(),
+        }[name]()
+
+    # -- running -------------------------------------------------------------
+
+    def run(self, program):
+        """Run a list of instructions (or their encoded bytes) until FINISH.
+
+        The instructions are encoded and decoded as fetch would read them
+        from DRAM. Returns the :class:`RunStats` of the run; raises a
+        :class:`SimError` subclass carrying the error code on failure.
+        """
+        data = program if isinstance(program, (bytes, bytearray)) else isa.encode_program(program, self.cfg)
+        words = [bytes(data[i:i + isa.INSN_BYTES]) for i in range(0, len(data), isa.INSN_BYTES)]
+        return self._execute(words)
+
+    def run_dram(self, insn_addr, insn_count):
+        """Run ``insn_count`` instructions stored in DRAM at byte address ``insn_addr``."""
+        try:
+            data = self.dram.read(insn_addr, insn_count * isa.INSN_BYTES).tobytes()
+        except ValueError as e:
+            raise ExecutionError(ErrorCode.BUS_ERROR, f"instruction fetch: {e}") from None
+        return self.run(data)
+
+    def _execute(self, words):
+        self.stats = stats = RunStats()
+        self.executed = []
+        depth_cmd, depth_tok = self.cfg.cmd_queue_depth, self.cfg.token_queue_depth
+        cmd = {s: deque() for s in Stream}         # (index, insn) per stream
+        tokens = dict.fromkeys(isa.Queue, 0)
+        pc, fetched = 0, None                      # fetched: decoded, waiting for queue room
+
+        def blocker(stream, index, insn):
+            for flag in ("pop_prev", "pop_next"):
+                q = isa.queue_of(stream, flag)
+                if getattr(insn, flag) and tokens[q] == 0:
+                    return Blocked(stream, index, insn, q, "pop")
+            for flag in ("push_prev", "push_next"):
+                q = isa.queue_of(stream, flag)
+                if getattr(insn, flag) and tokens[q] >= depth_tok:
+                    return Blocked(stream, index, insn, q, "push")
+            return None
+
+        def all_blocked():
+            return [blocker(s, *cmd[s][0]) for s in Stream if cmd[s]]
+
+        try:
+            while True:
+                # Fetch in order while the next instruction's queue has room.
+                while fetched is not None or pc < len(words):
+                    if fetched is None:
+                        fetched = (pc, self._fetch(words[pc], pc))
+                        stats.dram_bytes_read["insn"] += isa.INSN_BYTES
+                        pc += 1
+                    stream = fetched[1].stream
+                    if len(cmd[stream]) >= depth_cmd:
+                        break
+                    cmd[stream].append(fetched)
+                    fetched = None
+                # Step the first stream (compute, store, load) that can move.
+                for stream in self.priority:
+                    if cmd[stream] and blocker(stream, *cmd[stream][0]) is None:
+                        break
+                else:
+                    if fetched is None and pc == len(words) and not any(cmd.values()):
+                        raise ProtocolError("the program ended without FINISH")
+                    msg = "every stream is blocked"
+                    if fetched is not None:
+                        msg += (f"; fetch stalled at instruction {fetched[0]}: the "
+                                f"{fetched[1].stream.name.lower()} command queue is full ({depth_cmd})")
+                    raise DeadlockError(msg, all_blocked())
+                index, insn = cmd[stream].popleft()
+                for flag in ("pop_prev", "pop_next"):
+                    if getattr(insn, flag):
+                        tokens[isa.queue_of(stream, flag)] -= 1
+                stats.instructions[stream.name.lower()] += 1
+                self.executed.append(index)
+                try:
+                    self._dispatch(insn)
+                except SimError as e:
+                    e.index, e.stream = index, stream
+                    raise
+                for flag in ("push_prev", "push_next"):
+                    if getattr(insn, flag):
+                        tokens[isa.queue_of(stream, flag)] += 1
+                if isinstance(insn, Finish):
+                    self._check_finish(index, cmd, tokens, pc, fetched, len(words), all_blocked)
+                    return stats
+        except SimError as e:
+            e.stats = stats
+            raise
+
+    def _check_finish(self, index, cmd, tokens, pc, fetched, count, all_blocked):
+        problems = []
+        left = {q.name.lower(): n for q, n in tokens.items() if n}
+        if left:
+            problems.append("tokens left over: " + ", ".join(f"{q}={n}" for q, n in left.items()))
+        pending = {s.name.lower(): sum(i < index for i, _ in q) for s, q in cmd.items()}
+        if any(pending.values()):
+            problems.append("streams not drained: " + ", ".join(
+                f"{s} has {n} instruction(s) pending" for s, n in pending.items() if n))
+        after = count - index - 1
+        if after:
+            problems.append(f"{after} instruction(s) after FINISH")
+        if problems:
+            raise ProtocolError("FINISH with " + "; ".join(problems),
+                                [b for b in all_blocked() if b and b.index < index],
+                                index=index, stream=Stream.COMPUTE)
+
+    def _fetch(self, word, index):
+        try:
+            insn = isa.decode(word, self.cfg)
+        except isa.IllegalInstruction as e:
+            raise ExecutionError(e.code, str(e), index=index) from None
+        problem = isa.fetch_error(insn)
+        if problem:
+            raise ExecutionError(*problem, index=index)
+        return insn
+
+    def _dispatch(self, insn):
+        if isinstance(insn, Load):
+            self._load(insn)
+        elif isinstance(insn, Store):
+            self._store(insn)
+        elif isinstance(insn, Gemm):
+            self._gemm(insn)
+        elif isinstance(insn, Alu):
+            self._alu(insn)
+
+    # -- LOAD / STORE --------------------------------------------------------
+
+    def _check_sram(self, insn, buffer):
+        depth = self._depth[buffer]
+        if insn.sram_base + insn.sram_extent > depth:
+            raise ExecutionError(ErrorCode.SRAM_RANGE,
+                                 f"{type(insn).__name__.upper()} {insn.memory_type.name} touches "
+                                 f"{buffer} entries [{insn.sram_base}, {insn.sram_base + insn.sram_extent}) "
+                                 f"but the buffer has {depth}")
+
+    def _dram_rows(self, insn, elem):
+        """A strided (y_size, x_size·elem) byte view of the DRAM rows ``insn`` moves."""
+        start = insn.dram_base * elem
+        end = (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * elem
+        if end > self.dram.size:
+            raise ExecutionError(ErrorCode.BUS_ERROR,
+                                 f"DRAM bytes [{start:#x}, {end:#x}) outside memory of {self.dram.size:#x}")
+        return np.lib.stride_tricks.as_strided(
+            self.dram.data[start:], shape=(insn.y_size, insn.x_size * elem),
+            strides=(insn.x_stride * elem, 1), writeable=True)
+
+    def _load(self, insn):
+        if insn.moves_nothing:
+            return
+        mt, c = insn.memory_type, self.cfg
+        buffer = mt.buffer
+        self._check_sram(insn, buffer)
+        elem = c.elem_bytes(mt.dram_elem)
+        raw = self._dram_rows(insn, elem)
+        self.stats.dram_bytes_read[mt.dram_elem] += raw.size
+        dtype = self._dram_dtype(mt)
+        block = np.ascontiguousarray(raw).view(dtype).reshape(insn.y_size, insn.x_size, -1)
+        if insn.sram_extent != insn.y_size * insn.x_size:     # zero padding around the data
+            padded = np.zeros((insn.sram_rows, insn.sram_cols, block.shape[-1]), dtype=block.dtype)
+            padded[insn.y_pad0:insn.y_pad0 + insn.y_size, insn.x_pad0:insn.x_pad0 + insn.x_size] = block
+            block = padded
+        block = block.reshape(insn.sram_extent, -1)
+        rows = slice(insn.sram_base, insn.sram_base + block.shape[0])
+        if mt == MemType.UOP:
+            words = block[:, 0].astype(np.uint64)
+            for k, f in enumerate(self._uop_fields):
+                self._uop[k, rows] = ((words >> np.uint64(f.offset)) & np.uint64((1 << f.width) - 1)).astype(np.int64)
+        else:
+            target = {"inp": self._inp, "wgt": self._wgt, "acc": self._acc}[buffer]
+            self._wgt_version += buffer == "wgt"
+            target[rows] = block.reshape((-1,) + target.shape[1:])
+
+    def _dram_dtype(self, mt):
+        """numpy dtype of one scalar of memory type ``mt`` in DRAM."""
+        c = self.cfg
+        if mt == MemType.UOP:
+            return np.dtype(f"<u{c.elem_bytes('uop')}")
+        bits = {MemType.ACC8: 8, MemType.INP: c.inp_width, MemType.WGT: c.wgt_width,
+                MemType.ACC: c.acc_width, MemType.OUT: c.out_width}[mt]
+        return _int_dtype(bits)
+
+    def _store(self, insn):
+        if insn.moves_nothing:
+            return
+        self._check_sram(insn, "out")
+        elem = self.cfg.elem_bytes("out")
+        rows = self._dram_rows(insn, elem)
+        data = self._out[insn.sram_base:insn.sram_base + insn.y_size * insn.x_size]
+        data = data.astype(data.dtype.newbyteorder("<")).view(np.uint8).reshape(insn.y_size, -1)
+        if insn.x_stride >= insn.x_size:
+            rows[...] = data
+        else:   # overlapping rows: later rows win, as the hardware writes them in order
+            for r in range(insn.y_size):
+                rows[r] = data[r]
+        self.stats.dram_bytes_written["out"] += data.size
+
+    # -- GEMM / ALU ----------------------------------------------------------
+
+    def _loop_indices(self, insn, fields):
+        """Micro-op columns and loop strides of a GEMM/ALU instruction, range-checked.
+
+        Returns ``{name: _Index}`` for each requested index (``dst``,
+        ``src``, ``wgt``) mapped to the buffer it addresses.
+        """
+        c = self.cfg
+        if insn.uop_bgn > insn.uop_end or insn.uop_end > c.uop_depth:
+            raise ExecutionError(ErrorCode.UOP_RANGE,
+                                 f"micro-ops [{insn.uop_bgn}, {insn.uop_end}) outside the uop buffer "
+                                 f"of {c.uop_depth} or reversed")
+        result = {}
+        for name, buffer in fields.items():
+            row = {"dst": 0, "src": 1, "wgt": 2}[name]
+            index = _Index(self._uop[row, insn.uop_bgn:insn.uop_end], insn.iter_out, insn.iter_in,
+                           getattr(insn, f"{name}_factor_out"), getattr(insn, f"{name}_factor_in"))
+            if index.top >= self._depth[buffer]:
+                raise ExecutionError(ErrorCode.INDEX_RANGE,
+                                     f"{type(insn).__name__.upper()} {name} index reaches {index.top}, "
+                                     f"beyond the {buffer} buffer of {self._depth[buffer]}")
+            result[name] = index
+        return result
+
+    def _write_acc(self, dst, values):
+        """acc[dst] = values and OUT[dst] = values, each truncated to its width."""
+        rows = _rows(dst)
+        self._acc[rows] = values
+        self._out[rows] = values
+
+    def _gemm(self, insn):
+        if insn.reset:
+            self._write_acc(self._loop_indices(insn, {"dst": "acc"})["dst"].all(), 0)
+        elif insn.uop_count:
+            idx = self._loop_indices(insn, {"dst": "acc", "src": "inp", "wgt": "wgt"})
+            dst, products = self._gemm_products(idx)
+            dst = dst.ravel()
+            products = products.reshape((-1,) + self._acc.shape[1:])
+            if _distinct(dst):
+                self._write_acc(dst, self._acc[_rows(dst)] + products)
+            else:   # the same row accumulated several times in one instruction
+                rows, inverse = np.unique(dst, return_inverse=True)
+                total = self._acc[rows].astype(np.int64)
+                np.add.at(total, inverse, products)
+                self._write_acc(rows, total)
+        else:
+            self._loop_indices(insn, {"dst": "acc", "src": "inp", "wgt": "wgt"})
+        self.stats.gemm_uops += insn.uop_count
+
+    def _gemm_products(self, idx):
+        """``(dst, products)``: accumulator rows and the int64 sums to add to them.
+
+        Micro-ops are grouped by destination; each group's inputs and weights,
+        over all loop positions, become one matrix product. Groups of equal
+        size share one batched ``matmul``.
+        """
+        dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
+        S, s_pos = src.distinct_offsets()
+        W, w_pos = wgt.distinct_offsets()
+        if S.size * W.size > 2 * dst.positions:
+            # Loops that move inp and wgt together: products over every
+            # (input, weight) offset pair would mostly be wasted.
+            return self._gemm_products_by_weight(idx)
+        ud, us, uw = dst.uops, src.uops, wgt.uops
+        if ud.min() == ud.max():            # the usual kernel: one reduction
+            groups = [np.arange(ud.size)[None, :]]
+        else:
+            order = np.argsort(ud, kind="stable")
+            _, starts, sizes = np.unique(ud[order], return_index=True, return_counts=True)
+            groups = [order[starts[sizes == k][:, None] + np.arange(k)] for k in np.unique(sizes)]
+        dsts, sums = [], []
+        for members in groups:                                                   # (G, k)
+            G, b = members.shape[0], self.cfg.batch
+            A = _gather(self._inp, us[members][:, None, :] + S[None, :, None])   # (G, nS, k, b, BI)
+            A = A.transpose(0, 1, 3, 2, 4).reshape(G, S.size * b, -1)
+            B = self._weight_matrix(uw[members][:, None, :] + W[None, :, None])  # (G, k·BI, nW·BO)
+            P = np.matmul(A, B).reshape(G, S.size, b, W.size, -1)
+            sums.append(P[:, s_pos, :, w_pos, :])                                # (L, G, b, BO)
+            dsts.append(dst.offsets()[:, None] + ud[members[:, 0]][None, :])     # (L, G)
+        return np.concatenate(dsts, axis=1), np.concatenate(sums, axis=1).astype(np.int64)
+
+    def _weight_matrix(self, index):
+        """Weights ``wgt[index]`` (G, nW, k) arranged as (G, k·BI, nW·BO) matmul operands.
+
+        The arrangement is a copy; consecutive GEMMs on the same weights (a
+        weight-stationary schedule) reuse it until the next weight LOAD.
+        """
+        key = (self._wgt_version, index.shape, index.tobytes())
+        if key not in self._weight_cache:
+            if len(self._weight_cache) >= 4 or any(k[0] != key[0] for k in self._weight_cache):
+                self._weight_cache.clear()
+            G, nW, k = index.shape
+            B = _gather(self._wgt, index).transpose(0, 2, 4, 1, 3)              # (G, k, BI, nW, BO)
+            self._weight_cache[key] = B.reshape(G, k * self.cfg.block_in, -1)
+        return self._weight_cache[key]
+
+    def _gemm_products_by_weight(self, idx):
+        dst, src, wgt = (idx[name].all() for name in ("dst", "src", "wgt"))
+        order = np.argsort(wgt, kind="stable")
+        weights, starts = np.unique(wgt[order], return_index=True)
+        out = np.empty((dst.size,) + self._acc.shape[1:])
+        for w, sel in zip(weights, np.split(order, starts[1:])):
+            out[sel] = self._inp[src[sel]] @ self._wgt[w].T
+        return dst, out.astype(np.int64)
+
+    def _alu(self, insn):
+        c = self.cfg
+        fields = {"dst": "acc"} if insn.use_imm else {"dst": "acc", "src": "acc"}
+        idx = self._loop_indices(insn, fields)
+        n = insn.uop_count
+        if n:
+            dst = idx["dst"].all()
+            src = None if insn.use_imm else idx["src"].all()
+            imm = wrap(insn.imm, c.acc_width)
+            for wave in _alu_waves(dst, src):
+                d = _rows(dst[wave])
+                b = imm if src is None else self._acc[_rows(src[wave])]
+                self._write_acc(d, alu_op(insn.alu_op, self._acc[d], b, c.acc_width))
+        self.stats.alu_uops += n
+
+
+@dataclass(frozen=True)
+class _Index:
+    """One index of a GEMM/ALU loop nest: ``uops[u] + o·f_out + i·f_in``."""
+    uops: np.ndarray
+    iter_out: int
+    iter_in: int
+    f_out: int
+    f_in: int
+
+    @property
+    def positions(self):
+        return self.iter_out * self.iter_in
+
+    @property
+    def top(self):
+        """Largest index reached (-1 if none)."""
+        if not (self.uops.size and self.positions):
+            return -1
+        return int(self.uops.max()) + (self.iter_out - 1) * self.f_out + (self.iter_in - 1) * self.f_in
+
+    def offsets(self):
+        """Loop offset at each position, (o, i) in execution order."""
+        o = np.arange(self.iter_out, dtype=np.int64)[:, None] * self.f_out
+        return (o + np.arange(self.iter_in, dtype=np.int64)[None, :] * self.f_in).ravel()
+
+    def all(self):
+        """Every index, in execution order (o, i, then micro-op)."""
+        return (self.offsets()[:, None] + self.uops[None, :]).ravel()
+
+    def distinct_offsets(self):
+        """``(values, position → value index)`` of the loop offsets, sorted."""
+        O, I = self.iter_out, self.iter_in
+        if self.f_in == 0 or I == 1:        # depends on the outer loop only (or none)
+            n = O if self.f_out else 1
+            return np.arange(n, dtype=np.int64) * self.f_out, np.repeat(np.arange(O) % n, I)
+        if self.f_out == 0 or O == 1:       # inner loop only
+            return np.arange(I, dtype=np.int64) * self.f_in, np.tile(np.arange(I), O)
+        return np.unique(self.offsets(), return_inverse=True)
+
+
+def _rows(indices):
+    """``indices`` as a slice when they are consecutive and ascending (a cheap view)."""
+    if isinstance(indices, slice) or indices.size == 0:
+        return indices
+    first = int(indices[0])
+    if int(indices[-1]) - first == indices.size - 1 and (indices.size == 1 or (np.diff(indices) == 1).all()):
+        return slice(first, first + indices.size)
+    return indices
+
+
+def _distinct(indices):
+    """True if the (small, non-negative) ``indices`` has no repeated value."""
+    return np.bincount(indices).max(initial=0) <= 1
+
+
+def _gather(buffer, index):
+    """``buffer[index]``, as a view when the indices are consecutive."""
+    rows = _rows(index.ravel())
+    if isinstance(rows, slice):
+        return buffer[rows].reshape(index.shape + buffer.shape[1:])
+    return buffer[index]
+
+
+def _alu_waves(dst, src):
+    """Micro-op positions grouped into waves that can each run as one vector op.
+
+    Micro-ops run in order; a vector op reads all operands before writing.
+    A micro-op must run in a later wave than an earlier one writing its
+    destination or its source (RAW, WAW), and not in an earlier wave than an
+    earlier one reading its destination (WAR). Returns a list of index
+    arrays, in execution order.
+    """
+    n = dst.size
+    reads_other = src is not None and np.any(np.isin(src, dst) & (src != dst))
+    if not reads_other and _distinct(dst):
+        return [slice(None)]
+    pos = np.arange(n, dtype=np.int64)
+    keys = np.sort(dst * n + pos)               # writes, by (address, position)
+
+    def writer_before(addr):                    # last write to addr[v] strictly before v
+        k = np.searchsorted(keys, addr * n + pos, side="left") - 1
+        ok = (k >= 0) & (keys[np.maximum(k, 0)] // n == addr)
+        return np.where(ok, keys[np.maximum(k, 0)] % n, -1)
+
+    preds = [writer_before(dst)]
+    war_from = war_to = np.empty(0, dtype=np.int64)
+    if src is not None:
+        preds.append(writer_before(src))
+        k = np.searchsorted(keys, src * n + pos, side="right")     # next write to src[u] after u
+        ok = (k < n) & (keys[np.minimum(k, n - 1)] // n == src)
+        war_from, war_to = pos[ok], keys[k[ok]] % n
+    level = np.zeros(n, dtype=np.int64)
+    while True:
+        new = np.zeros(n, dtype=np.int64)
+        for p in preds:
+            has = p >= 0
+            new[has] = np.maximum(new[has], level[p[has]] + 1)
+        np.maximum.at(new, war_to, level[war_from])
+        if np.array_equal(new, level):
+            break
+        level = new
+    order = np.argsort(level, kind="stable")
+    bounds = np.flatnonzero(np.diff(level[order])) + 1
+    return np.split(order, bounds)

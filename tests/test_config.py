@@ -1,0 +1,88 @@
+"""HwConfig: presets, derived quantities, validation, TOML loading."""
+
+import pytest
+
+from tilewright import PRESETS, ConfigError, HwConfig, load_config
+
+
+def test_default_matches_vta_buffers():
+    c = PRESETS["default"]
+    assert (c.batch, c.block_in, c.block_out) == (1, 16, 16)
+    assert (c.inp_width, c.wgt_width, c.acc_width, c.out_width) == (8, 8, 32, 8)
+    assert [c.depth(m) for m in ("uop", "inp", "wgt", "acc")] == [8192, 2048, 1024, 2048]
+    assert (c.inp_buffer_bytes, c.wgt_buffer_bytes, c.acc_buffer_bytes, c.uop_buffer_bytes) == \
+        (32 << 10, 256 << 10, 128 << 10, 32 << 10)
+    assert c.uop_bits == 32 and c.dram_bus_width == 128
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_presets_are_consistent(name):
+    c = PRESETS[name]
+    for mem in ("inp", "wgt", "acc", "uop"):
+        assert c.depth(mem) * c.elem_bytes(mem) == getattr(c, f"{mem}_buffer_bytes")
+        assert 1 << c.index_bits(mem) == c.depth(mem)
+    assert c.elem_bytes("inp") == c.batch * c.block_in * c.inp_width // 8
+    assert c.elem_bytes("wgt") == c.block_out * c.block_in * c.wgt_width // 8
+    assert load_config(name) is c
+
+
+def test_fingerprint_ignores_name_and_tracks_parameters():
+    c = PRESETS["small"]
+    assert c.replace(name="other").fingerprint == c.fingerprint
+    assert c.replace(name="other") == c
+    assert c.replace(token_queue_depth=32).fingerprint != c.fingerprint
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"block_in": 12}, r"^block_in=12 must be a power of two$"),
+    ({"acc_buffer_bytes": 3000}, r"^acc_buffer_bytes=3000 must be a power of two$"),
+    ({"inp_width": 4}, r"^inp_width=4 is not supported; choose one of 8, 16$"),
+    ({"dram_bus_width": 96}, r"^dram_bus_width=96 is not an AXI data width"),
+    ({"wgt_buffer_bytes": 128}, r"^wgt_buffer_bytes=128 is smaller than one wgt block \(256 bytes\)$"),
+    ({"batch": "1"}, r"^batch must be an integer, not '1'$"),
+    ({"uop_buffer_bytes": 1 << 20}, r"^the GEMM instruction needs 1\d\d bits, more than 128"),
+])
+def test_validation_names_field_and_value(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        PRESETS["default"].replace(**changes)
+
+
+def test_wider_types_are_accepted():
+    c = PRESETS["small"].replace(inp_width=16, wgt_width=16, out_width=16, acc_width=32,
+                                 wgt_buffer_bytes=64 << 10)
+    assert c.elem_bytes("inp") == 16 and c.elem_bytes("wgt") == 128 and c.depth("wgt") == 512
+
+
+def test_toml_with_base_and_overrides(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('base = "small"\ntoken_queue_depth = 8\n')
+    c = load_config(str(path))
+    assert c.name == "mine" and c.token_queue_depth == 8
+    assert c.replace(token_queue_depth=64) == PRESETS["small"]
+
+
+def test_toml_hw_table(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text('[hw]\nbase = "small"\nbatch = 2\n')
+    c = load_config(path)
+    assert (c.batch, c.block_in, c.block_out) == (2, 8, 8)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("batch = 3\n", r"batch=3 must be a power of two"),
+    ("speed = 3\n", r"unknown parameter\(s\) speed"),
+    ('base = "huge"\n', r"base='huge' is not a preset"),
+    ("batch = [\n", r"cannot read config file"),
+])
+def test_bad_toml(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(str(path))
+
+
+def test_unknown_preset_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown config 'huge'"):
+        load_config("huge")
+    with pytest.raises(ConfigError, match=r"does not exist"):
+        load_config(str(tmp_path / "missing.toml"))

@@ -1,0 +1,203 @@
+"""The ``tilewright`` command line.
+
+Every failure the user can cause (a bad config, an unreadable file, an
+assembly mistake) ends in a one-line ``error: ...`` on stderr and exit
+status 1, never a traceback.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import asm, isa
+from .config import ConfigError, load_config
+
+__all__ = ["main"]
+
+
+class CliError(Exception):
+    """A user mistake, reported as one line."""
+
+
+def _config(args):
+    try:
+        return load_config(args.config)
+    except ConfigError as e:
+        raise CliError(str(e)) from None
+
+
+def _read(path, mode="r"):
+    try:
+        return Path(path).read_text() if mode == "r" else Path(path).read_bytes()
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _write(path, data):
+    try:
+        if isinstance(data, str):
+            Path(path).write_text(data)
+        else:
+            Path(path).write_bytes(data)
+    except OSError as e:
+        raise CliError(f"cannot write {path}: {e.strerror}") from None
+
+
+def cmd_info(args):
+    cfg = _config(args)
+    info = cfg.describe()
+    info["formats"] = {}
+    for fmt in [isa.instruction_format(op, cfg) for op in isa.INSTRUCTION_TYPES] + [isa.uop_format(cfg)]:
+        info["formats"][fmt.name] = {
+            "bits": fmt.total_bits, "used": fmt.used_bits,
+            "fields": {f.name: {"offset": f.offset, "width": f.width, "signed": f.signed} for f in fmt.fields}}
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return
+    print(f"config {cfg.name} ({cfg.tag}, fingerprint {cfg.fingerprint})")
+    for key, value in cfg.params().items():
+        print(f"  {key:<18} {value}")
+    print("  depths            " + ", ".join(f"{m} {d}" for m, d in info["depths"].items()))
+    print("  element bytes     " + ", ".join(f"{m} {d}" for m, d in info["elem_bytes"].items()))
+    for name, fmt in info["formats"].items():
+        print(f"{name} ({fmt['used']}/{fmt['bits']} bits)")
+        for fname, f in fmt["fields"].items():
+            hi = f["offset"] + f["width"] - 1
+            bits = f"{hi}:{f['offset']}" if f["width"] > 1 else str(f["offset"])
+            print(f"  {bits:>7}  {fname}{' (signed)' if f['signed'] else ''}")
+
+
+def cmd_asm(args):
+    cfg = _config(args)
+    try:
+        insns = asm.assemble(_read(args.file), cfg)
+    except isa.IsaError as e:
+        raise CliError(f"{args.file}: {e}") from None
+    out = args.output or str(Path(args.file).with_suffix(".bin"))
+    _write(out, isa.encode_program(insns, cfg))
+    print(f"{len(insns)} instructions -> {out}")
+
+
+def cmd_disasm(args):
+    cfg = _config(args)
+    try:
+        text = asm.disassemble(_read(args.file, "rb"), cfg)
+    except isa.IsaError as e:
+        raise CliError(f"{args.file}: {e}") from None
+    if args.output:
+        _write(args.output, text)
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_docs(args):
+    from .docgen import update_isa_doc
+    path = Path(args.path)
+    if not path.exists():
+        raise CliError(f"{path} does not exist")
+    if args.check:
+        if not update_isa_doc(path, check=True):
+            raise CliError(f"{path} is out of date; run 'tilewright docs'")
+        print(f"{path} is up to date")
+    else:
+        update_isa_doc(path)
+        print(f"updated {path}")
+
+
+def cmd_demo(args):
+    import numpy as np
+
+    from .kernels import BlockedMatmul
+    from .sim import FunctionalSimulator
+
+    cfg = _config(args)
+    M, K, N = args.shape
+    mul, shift = 3, 10
+    print(f"Blocked int8 matmul {M}x{K} · {N}x{K}ᵀ with requantize (×{mul}, >>{shift}, ReLU) "
+          f"on config {cfg.name} ({cfg.tag}), {args.threads} virtual threads")
+    try:
+        kernel = BlockedMatmul(cfg, M, K, N, threads=args.threads, mul=mul, shift=shift, relu=True)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    rng = np.random.default_rng(args.seed)
+    A = rng.integers(-128, 128, (M, K), dtype=np.int8)
+    B = rng.integers(-128, 128, (N, K), dtype=np.int8)
+    sim = FunctionalSimulator(cfg)
+    start = time.perf_counter()
+    C, stats = kernel.run(sim, A, B)
+    elapsed = time.perf_counter() - start
+    # Independent reference: numpy in int64, wrapped to the accumulator width.
+    acc = A.astype(np.int64) @ B.astype(np.int64).T
+    half = 1 << (cfg.acc_width - 1)
+    acc = (acc + half) % (2 * half) - half
+    acc = ((acc * mul + half) % (2 * half) - half) >> shift
+    expected = np.clip(acc, 0, 127).astype(np.int8)
+    t = kernel.tiles
+    print(f"  tiles (blocks): m={t.m} n={t.n} k={t.k}; {sum(stats.instructions.values())} instructions "
+          f"({', '.join(f'{k} {v}' for k, v in stats.instructions.items())})")
+    print(f"  fsim time       {elapsed * 1e3:.1f} ms")
+    print(f"  GEMM micro-ops  {stats.gemm_uops}")
+    print(f"  ALU micro-ops   {stats.alu_uops}")
+    print("  DRAM read       " + ", ".join(f"{k} {v}" for k, v in stats.dram_bytes_read.items() if v)
+          + f" (total {stats.total_bytes_read} bytes)")
+    print(f"  DRAM written    {stats.total_bytes_written} bytes")
+    mismatches = int(np.count_nonzero(C != expected))
+    if mismatches:
+        print(f"FAIL: {mismatches} of {C.size} outputs differ from numpy")
+        return 1
+    print(f"PASS: all {C.size} outputs equal the numpy reference")
+    return 0
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="tilewright", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_config(sp, default=None):
+        kw = {"default": default} if default else {"required": True}
+        sp.add_argument("--config", "-c", help="preset name (tiny, small, default) or TOML file", **kw)
+        return sp
+
+    sp = with_config(sub.add_parser("info", help="print a config's parameters and instruction fields"))
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    sp.set_defaults(func=cmd_info)
+
+    sp = with_config(sub.add_parser("asm", help="assemble a .s file into 16-byte instructions"))
+    sp.add_argument("file")
+    sp.add_argument("-o", "--output", help="output file (default: FILE with .bin)")
+    sp.set_defaults(func=cmd_asm)
+
+    sp = with_config(sub.add_parser("disasm", help="disassemble a binary instruction file"))
+    sp.add_argument("file")
+    sp.add_argument("-o", "--output", help="output file (default: stdout)")
+    sp.set_defaults(func=cmd_disasm)
+
+    sp = sub.add_parser("docs", help="regenerate the field tables in docs/isa.md")
+    sp.add_argument("--path", default="docs/isa.md")
+    sp.add_argument("--check", action="store_true", help="only check that they are current")
+    sp.set_defaults(func=cmd_docs)
+
+    sp = with_config(sub.add_parser("demo", help="run a blocked matmul + requantize on fsim"), "default")
+    sp.add_argument("--shape", type=int, nargs=3, default=(256, 512, 256), metavar=("M", "K", "N"))
+    sp.add_argument("--threads", type=int, default=2)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:     # output piped into a reader that stopped early (| head)
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

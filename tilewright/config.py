@@ -1,0 +1,259 @@
+"""Hardware configuration: the one place every accelerator parameter lives.
+
+:class:`HwConfig` is read by the RTL generator, the functional simulator, the
+ISA spec and the compiler alike, so a parameter is declared here once and
+nowhere else. Buffers are sized in bytes, as VTA sizes them; depths (entries
+per buffer) are derived.
+
+Presets (ARCHITECTURE.md §2):
+
+=========  ========  ==============================================
+preset     GEMM      use
+=========  ========  ==============================================
+tiny       1×4×4     fast unit tests, iCE40-class parts
+small      1×8×8     CI RTL regressions, ECP5-25/45
+default    1×16×16   benchmarks; VTA's default buffer sizes
+=========  ========  ==============================================
+"""
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ConfigError", "HwConfig", "PRESETS", "load_config"]
+
+
+class ConfigError(ValueError):
+    """An impossible or unreadable hardware configuration."""
+
+
+def _is_pow2(n):
+    return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+
+
+def _log2(n):
+    return n.bit_length() - 1
+
+
+#: Supported element widths; numpy and the RTL both use whole bytes.
+_DATA_WIDTHS = {"inp_width": (8, 16), "wgt_width": (8, 16), "out_width": (8, 16), "acc_width": (16, 32)}
+_BUS_WIDTHS = (32, 64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class HwConfig:
+    """Every parameter of one accelerator instance.
+
+    Parameters
+    ----------
+    batch, block_in, block_out : int
+        GEMM intrinsic shape: ``(batch × block_in) · (block_out × block_in)ᵀ``.
+    inp_width, wgt_width, acc_width, out_width : int
+        Signed integer widths in bits of input, weight, accumulator and output
+        elements.
+    uop_buffer_bytes, inp_buffer_bytes, wgt_buffer_bytes, acc_buffer_bytes : int
+        On-chip buffer sizes. The output buffer shares the accumulator's index
+        space (``acc_depth`` entries of ``out_width`` elements).
+    token_queue_depth : int
+        Capacity of each of the four dependency-token queues; a push onto a
+        full queue stalls its stream.
+    cmd_queue_depth : int
+        Capacity of each stream's command queue; fetch stalls when the queue
+        of the next instruction is full.
+    dram_bus_width : int
+        AXI data width in bits.
+    name : str
+        Label only; not part of equality or the fingerprint.
+    """
+
+    batch: int = 1
+    block_in: int = 16
+    block_out: int = 16
+    inp_width: int = 8
+    wgt_width: int = 8
+    acc_width: int = 32
+    out_width: int = 8
+    uop_buffer_bytes: int = 32 * 1024
+    inp_buffer_bytes: int = 32 * 1024
+    wgt_buffer_bytes: int = 256 * 1024
+    acc_buffer_bytes: int = 128 * 1024
+    token_queue_depth: int = 256
+    cmd_queue_depth: int = 512
+    dram_bus_width: int = 128
+    name: str = dataclasses.field(default="custom", compare=False)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "name":
+                if not isinstance(value, str):
+                    raise ConfigError(f"name must be a string, not {value!r}")
+            elif not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{f.name} must be an integer, not {value!r}")
+        for key in ("batch", "block_in", "block_out", "uop_buffer_bytes", "inp_buffer_bytes",
+                    "wgt_buffer_bytes", "acc_buffer_bytes", "token_queue_depth", "cmd_queue_depth"):
+            value = getattr(self, key)
+            if not _is_pow2(value):
+                raise ConfigError(f"{key}={value} must be a power of two")
+        for key, allowed in _DATA_WIDTHS.items():
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"{key}={getattr(self, key)} is not supported; "
+                                  f"choose one of {', '.join(map(str, allowed))}")
+        if self.dram_bus_width not in _BUS_WIDTHS:
+            raise ConfigError(f"dram_bus_width={self.dram_bus_width} is not an AXI data width; "
+                              f"choose one of {', '.join(map(str, _BUS_WIDTHS))}")
+        for mem in ("inp", "wgt", "acc", "uop"):  # uop size depends on the others
+            size, elem = getattr(self, f"{mem}_buffer_bytes"), self.elem_bytes(mem)
+            if size < elem:
+                raise ConfigError(f"{mem}_buffer_bytes={size} is smaller than one {mem} block "
+                                  f"({elem} bytes)")
+        # The ISA spec checks that every field fits its instruction; import
+        # here because the spec itself is built on this class.
+        from . import isa
+        isa.check_config(self)
+
+    # -- derived quantities -------------------------------------------------
+
+    def elem_bytes(self, mem):
+        """Bytes of one element (one SRAM entry) of memory ``mem``.
+
+        ``mem`` is one of ``"uop"``, ``"inp"``, ``"wgt"``, ``"acc"``,
+        ``"out"``, ``"acc8"`` (the int8 DRAM form of an accumulator block).
+        """
+        if mem == "uop":
+            return self.uop_bits_stored // 8
+        bits = {
+            "inp": self.batch * self.block_in * self.inp_width,
+            "wgt": self.block_out * self.block_in * self.wgt_width,
+            "acc": self.batch * self.block_out * self.acc_width,
+            "out": self.batch * self.block_out * self.out_width,
+            "acc8": self.batch * self.block_out * 8,
+        }[mem]
+        return bits // 8
+
+    def depth(self, mem):
+        """Entries in buffer ``mem`` (``"out"`` shares the accumulator's index space)."""
+        if mem == "out":
+            mem = "acc"
+        return getattr(self, f"{mem}_buffer_bytes") // self.elem_bytes(mem)
+
+    @property
+    def uop_depth(self):
+        return self.depth("uop")
+
+    @property
+    def inp_depth(self):
+        return self.depth("inp")
+
+    @property
+    def wgt_depth(self):
+        return self.depth("wgt")
+
+    @property
+    def acc_depth(self):
+        return self.depth("acc")
+
+    def index_bits(self, mem):
+        """Bits of an index into buffer ``mem``."""
+        return max(1, _log2(self.depth(mem)))
+
+    @property
+    def uop_bits(self):
+        """Bits of one micro-op: acc index, inp-or-acc index, wgt index."""
+        return self.index_bits("acc") + self.src_index_bits + self.index_bits("wgt")
+
+    @property
+    def src_index_bits(self):
+        """Bits of a micro-op's source index: an inp index (GEMM) or an acc index (ALU)."""
+        return max(self.index_bits("inp"), self.index_bits("acc"))
+
+    @property
+    def uop_bits_stored(self):
+        """Bits a micro-op occupies in SRAM and DRAM: 32 or 64."""
+        return 32 if self.uop_bits <= 32 else 64
+
+    @property
+    def bus_bytes(self):
+        return self.dram_bus_width // 8
+
+    @property
+    def macs_per_cycle(self):
+        return self.batch * self.block_in * self.block_out
+
+    def params(self):
+        """The parameters as a plain dict (no name), in declaration order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+
+    @property
+    def fingerprint(self):
+        """Short hash of the parameters; programs built for one config carry it."""
+        blob = json.dumps(self.params(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def tag(self):
+        """Readable summary, e.g. ``1x16x16_i8w8a32o8``."""
+        return (f"{self.batch}x{self.block_in}x{self.block_out}_i{self.inp_width}"
+                f"w{self.wgt_width}a{self.acc_width}o{self.out_width}")
+
+    def replace(self, **changes):
+        """A copy with some parameters changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def describe(self):
+        """Parameters plus derived depths and element sizes, JSON-ready."""
+        info = {"name": self.name, "fingerprint": self.fingerprint, "tag": self.tag, **self.params()}
+        info["depths"] = {mem: self.depth(mem) for mem in ("uop", "inp", "wgt", "acc", "out")}
+        info["elem_bytes"] = {mem: self.elem_bytes(mem)
+                              for mem in ("uop", "inp", "wgt", "acc", "out", "acc8")}
+        info["uop_bits"] = self.uop_bits
+        return info
+
+
+PRESETS = {
+    "tiny": HwConfig(
+        name="tiny", batch=1, block_in=4, block_out=4,
+        uop_buffer_bytes=2048, inp_buffer_bytes=1024, wgt_buffer_bytes=2048, acc_buffer_bytes=4096,
+        token_queue_depth=16, cmd_queue_depth=16, dram_bus_width=32),
+    "small": HwConfig(
+        name="small", batch=1, block_in=8, block_out=8,
+        uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
+        acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64),
+    "default": HwConfig(name="default"),
+}
+
+
+def load_config(spec):
+    """A config from a preset name, a TOML path, or an existing :class:`HwConfig`.
+
+    A TOML file holds parameter keys at top level (or in a ``[hw]`` table);
+    ``base = "small"`` starts from a preset and overrides only what is given.
+    """
+    if isinstance(spec, HwConfig):
+        return spec
+    spec = str(spec)
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.suffix == ".toml" and not path.exists():
+        raise ConfigError(f"unknown config {spec!r}: not a preset ({', '.join(PRESETS)}) "
+                          f"nor a TOML file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {spec} does not exist") from None
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read config file {spec}: {e}") from None
+    data = dict(data.get("hw", data))
+    base = data.pop("base", "default")
+    if base not in PRESETS:
+        raise ConfigError(f"{spec}: base={base!r} is not a preset ({', '.join(PRESETS)})")
+    known = {f.name for f in dataclasses.fields(HwConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{spec}: unknown parameter(s) {', '.join(unknown)}")
+    data.setdefault("name", path.stem)
+    return PRESETS[base].replace(**data)

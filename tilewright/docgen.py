@@ -1,0 +1,74 @@
+"""Generated reference tables for ``docs/isa.md``.
+
+The tables between the ``<!-- generated:begin -->`` and
+``<!-- generated:end -->`` markers of ``docs/isa.md`` are produced here from
+the ISA spec, so the document cannot drift from the code: a test compares
+them, and ``tilewright docs`` rewrites them.
+"""
+
+from pathlib import Path
+
+from . import isa
+from .config import PRESETS
+
+__all__ = ["isa_tables", "update_isa_doc", "BEGIN", "END"]
+
+BEGIN = "<!-- generated:begin -->"
+END = "<!-- generated:end -->"
+
+
+def _format_table(fmt):
+    rows = [f"**{fmt.name}** ({fmt.used_bits} of {fmt.total_bits} bits used)", "",
+            "| bits | field | width | description |", "|---|---|---|---|"]
+    for f in fmt.fields:
+        bits = f"{f.msb}:{f.offset}" if f.width > 1 else f"{f.offset}"
+        signed = " (signed)" if f.signed else ""
+        rows.append(f"| {bits} | `{f.name}` | {f.width} | {f.doc}{signed} |")
+    return "\n".join(rows) + "\n"
+
+
+def _enum_table(title, enum_cls):
+    rows = [f"| {title} | value |", "|---|---|"]
+    rows += [f"| `{m.name}` | {m.value} |" for m in enum_cls]
+    return "\n".join(rows) + "\n"
+
+
+def _preset_table():
+    names = list(PRESETS)
+    rows = ["| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    cfgs = [PRESETS[n] for n in names]
+    rows.append("| GEMM (batch×in×out) | " + " | ".join(f"{c.batch}×{c.block_in}×{c.block_out}" for c in cfgs) + " |")
+    for mem in ("uop", "inp", "wgt", "acc"):
+        rows.append(f"| {mem} depth (index bits) | "
+                    + " | ".join(f"{c.depth(mem)} ({c.index_bits(mem)})" for c in cfgs) + " |")
+    rows.append("| micro-op bits (stored) | " + " | ".join(f"{c.uop_bits} ({c.uop_bits_stored})" for c in cfgs) + " |")
+    rows.append("| DRAM bus bits | " + " | ".join(str(c.dram_bus_width) for c in cfgs) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def isa_tables(cfg=None):
+    """Markdown for every format under ``cfg`` (the default preset if None)."""
+    cfg = cfg or PRESETS["default"]
+    parts = [f"Field layouts for the `{cfg.name}` preset; other configs change only the widths that "
+             f"follow buffer depths (`tilewright info --config NAME` prints any of them).\n",
+             _preset_table()]
+    parts += [_format_table(isa.instruction_format(op, cfg)) for op in isa.INSTRUCTION_TYPES]
+    parts.append(_format_table(isa.uop_format(cfg)))
+    parts += [_enum_table("memory type", isa.MemType), _enum_table("ALU op", isa.AluOp),
+              _enum_table("error code", isa.ErrorCode)]
+    return "\n".join(parts)
+
+
+def update_isa_doc(path, *, check=False):
+    """Rewrite the generated section of ``path``; with ``check``, return whether it is current."""
+    path = Path(path)
+    text = path.read_text()
+    head, sep, rest = text.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not (sep and sep2):
+        raise ValueError(f"{path} lacks the {BEGIN} / {END} markers")
+    new = f"{head}{BEGIN}\n{isa_tables()}{END}{tail}"
+    if check:
+        return new == text
+    path.write_text(new)
+    return True

@@ -1,0 +1,508 @@
+"""The instruction-set spec: every field of every instruction, declared once.
+
+Instructions are frozen dataclasses; each field carries its bit width (a
+number, or a function of :class:`~tilewright.config.HwConfig`) and a
+description in its metadata. Everything else is derived from those
+declarations: bit positions (fields are packed from bit 0 in declaration
+order, after the common header), the encoder and decoder, the assembler
+(:mod:`tilewright.asm`), the Amaranth layouts the RTL decodes with, the
+functional simulator's decoder and the tables in ``docs/isa.md``.
+
+An instruction is 128 bits, stored little-endian in 16 bytes. A micro-op is
+``(dst, src, wgt)``: an accumulator index, an input-or-accumulator index and
+a weight index, packed the same way into 32 or 64 bits.
+"""
+
+import dataclasses
+import enum
+import functools
+from dataclasses import dataclass
+from typing import ClassVar
+
+__all__ = [
+    "INSN_BITS", "INSN_BYTES", "Opcode", "MemType", "AluOp", "Stream", "Queue", "ErrorCode",
+    "IsaError", "IllegalInstruction", "Instruction", "Load", "Store", "Gemm", "Alu", "Finish",
+    "Uop", "FieldLayout", "Format", "instruction_format", "uop_format", "INSTRUCTION_TYPES",
+    "encode", "decode", "encode_program", "decode_program", "validate", "fetch_error", "stream_of",
+    "queue_of", "DEP_FLAGS", "check_config", "instruction_layouts", "uop_layout",
+]
+
+INSN_BITS = 128
+INSN_BYTES = INSN_BITS // 8
+
+
+class Opcode(enum.IntEnum):
+    LOAD = 0
+    STORE = 1
+    GEMM = 2
+    FINISH = 3
+    ALU = 4
+
+
+class MemType(enum.IntEnum):
+    """Memory a LOAD or STORE moves; also the unit of its DRAM address."""
+    UOP = 0
+    WGT = 1
+    INP = 2
+    ACC = 3
+    OUT = 4
+    ACC8 = 5   # int8 in DRAM, sign-extended into ACC
+
+    @property
+    def buffer(self):
+        """Name of the SRAM this memory type targets (``"acc"`` for ACC8)."""
+        return {MemType.ACC8: "acc"}.get(self, self.name.lower())
+
+    @property
+    def dram_elem(self):
+        """Name of the DRAM element this memory type is counted in."""
+        return self.name.lower()
+
+
+class AluOp(enum.IntEnum):
+    MIN = 0
+    MAX = 1
+    ADD = 2
+    SHR = 3   # arithmetic; a negative amount shifts left
+    MUL = 4   # low acc_width bits of the product
+
+
+class Stream(enum.IntEnum):
+    LOAD = 0
+    COMPUTE = 1
+    STORE = 2
+
+
+class Queue(enum.IntEnum):
+    """The four dependency-token queues, named producer→consumer."""
+    L2C = 0   # load → compute (RAW: data loaded)
+    C2L = 1   # compute → load (WAR: inp/wgt buffer free again)
+    C2S = 2   # compute → store (RAW: out written)
+    S2C = 3   # store → compute (WAR: out buffer drained)
+
+
+class ErrorCode(enum.IntEnum):
+    """Status the accelerator (and fsim) reports when a run stops."""
+    NONE = 0
+    ILLEGAL_OPCODE = 1        # fetch: opcode not in :class:`Opcode`
+    ILLEGAL_MEMORY_TYPE = 2   # fetch: memory type not valid for LOAD/STORE
+    ILLEGAL_ALU_OP = 3        # fetch: ALU opcode not in :class:`AluOp`
+    ILLEGAL_DEPENDENCY = 4    # fetch: a dependency flag names no queue of the stream
+    SRAM_RANGE = 5            # LOAD/STORE: SRAM region outside its buffer
+    UOP_RANGE = 6             # GEMM/ALU: micro-op range outside the uop buffer or reversed
+    INDEX_RANGE = 7           # GEMM/ALU: a loop addresses outside acc/inp/wgt
+    BUS_ERROR = 8             # DRAM access outside memory (an AXI error response)
+    DEADLOCK = 9              # every stream waits and no instruction can move
+    PROTOCOL = 10             # FINISH with tokens left or other streams not drained
+
+
+class IsaError(ValueError):
+    """A value that the instruction set cannot represent."""
+
+
+class IllegalInstruction(IsaError):
+    """A well-formed word that no unit may execute; carries an :class:`ErrorCode`."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = ErrorCode(code)
+
+
+# -- field declarations ------------------------------------------------------
+
+def _field(width, doc, *, signed=False, default=0):
+    return dataclasses.field(default=default, metadata={"width": width, "doc": doc, "signed": signed})
+
+
+def _flag(doc):
+    return _field(1, doc, default=False)
+
+
+# Fixed ISA widths (the rest follow buffer depths).
+DRAM_ADDR_BITS = 32
+SIZE_BITS = 16
+PAD_BITS = 4
+LOOP_BITS = 14
+IMM_BITS = 16
+OPCODE_BITS = 3
+
+
+def _acc_bits(cfg):
+    return cfg.index_bits("acc")
+
+
+def _src_bits(cfg):
+    return cfg.src_index_bits
+
+
+def _wgt_bits(cfg):
+    return cfg.index_bits("wgt")
+
+
+def _uop_bits(cfg):
+    return cfg.index_bits("uop")
+
+
+def _sram_bits(cfg):
+    return max(cfg.index_bits(mem) for mem in ("uop", "inp", "wgt", "acc"))
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """Common header: opcode (from the class) and four dependency flags.
+
+    "prev" and "next" are relative to the executing stream (load → compute →
+    store). Pops block before execution; pushes happen after completion.
+    """
+    OPCODE: ClassVar[Opcode]
+    MNEMONIC: ClassVar[str]
+
+    pop_prev: bool = _flag("wait for a token from the previous stage")
+    pop_next: bool = _flag("wait for a token from the next stage")
+    push_prev: bool = _flag("send a token to the previous stage when done")
+    push_next: bool = _flag("send a token to the next stage when done")
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def stream(self):
+        return stream_of(self)
+
+
+@dataclass(frozen=True)
+class _Mem(Instruction):
+    memory_type: MemType = _field(3, "memory moved (MemType); also the unit of dram_base and x_stride",
+                                  default=MemType.INP)
+    sram_base: int = _field(_sram_bits, "first SRAM entry written (LOAD) or read (STORE)")
+    dram_base: int = _field(DRAM_ADDR_BITS, "DRAM address in elements of memory_type")
+    y_size: int = _field(SIZE_BITS, "rows moved")
+    x_size: int = _field(SIZE_BITS, "elements per row; 0 moves nothing (flags only)")
+    x_stride: int = _field(SIZE_BITS, "DRAM elements between row starts")
+    y_pad0: int = _field(PAD_BITS, "zero rows written before the data (LOAD)")
+    y_pad1: int = _field(PAD_BITS, "zero rows written after the data (LOAD)")
+    x_pad0: int = _field(PAD_BITS, "zero elements written before each row (LOAD)")
+    x_pad1: int = _field(PAD_BITS, "zero elements written after each row (LOAD)")
+
+    @property
+    def moves_nothing(self):
+        return self.x_size == 0 or self.y_size == 0
+
+    @property
+    def sram_rows(self):
+        return self.y_pad0 + self.y_size + self.y_pad1
+
+    @property
+    def sram_cols(self):
+        return self.x_pad0 + self.x_size + self.x_pad1
+
+    @property
+    def sram_extent(self):
+        """SRAM entries touched: the padded rectangle for LOAD, the data for STORE."""
+        if self.moves_nothing:
+            return 0
+        return self.sram_rows * self.sram_cols
+
+
+@dataclass(frozen=True)
+class Load(_Mem):
+    """DRAM → SRAM, 2D strided, with zero padding.
+
+    Writes ``sram_rows × sram_cols`` consecutive SRAM entries from
+    ``sram_base``; data row ``r`` comes from DRAM elements
+    ``dram_base + r·x_stride + [0, x_size)``.
+    """
+    OPCODE: ClassVar[Opcode] = Opcode.LOAD
+    MNEMONIC: ClassVar[str] = "load"
+
+
+@dataclass(frozen=True)
+class Store(_Mem):
+    """OUT SRAM → DRAM, 2D strided: ``y_size × x_size`` consecutive entries from ``sram_base``."""
+    OPCODE: ClassVar[Opcode] = Opcode.STORE
+    MNEMONIC: ClassVar[str] = "store"
+    memory_type: MemType = _field(3, "memory moved (only OUT)", default=MemType.OUT)
+
+    @property
+    def sram_extent(self):
+        return 0 if self.moves_nothing else self.y_size * self.x_size
+
+
+@dataclass(frozen=True)
+class _Loop(Instruction):
+    uop_bgn: int = _field(_uop_bits, "first micro-op")
+    uop_end: int = _field(lambda cfg: _uop_bits(cfg) + 1, "one past the last micro-op")
+    iter_out: int = _field(LOOP_BITS, "outer loop count")
+    iter_in: int = _field(LOOP_BITS, "inner loop count")
+    dst_factor_out: int = _field(_acc_bits, "acc index step per outer iteration")
+    dst_factor_in: int = _field(_acc_bits, "acc index step per inner iteration")
+    src_factor_out: int = _field(_src_bits, "src index step per outer iteration")
+    src_factor_in: int = _field(_src_bits, "src index step per inner iteration")
+
+    @property
+    def uop_count(self):
+        """Micro-ops this instruction executes."""
+        return self.iter_out * self.iter_in * max(0, self.uop_end - self.uop_bgn)
+
+
+@dataclass(frozen=True)
+class Gemm(_Loop):
+    """``for o, i, u: acc[dst] += inp[src] · wgt[w]ᵀ`` (or ``acc[dst] = 0`` with reset).
+
+    Indices are the micro-op's plus ``o·factor_out + i·factor_in``.
+    """
+    OPCODE: ClassVar[Opcode] = Opcode.GEMM
+    MNEMONIC: ClassVar[str] = "gemm"
+    wgt_factor_out: int = _field(_wgt_bits, "wgt index step per outer iteration")
+    wgt_factor_in: int = _field(_wgt_bits, "wgt index step per inner iteration")
+    reset: bool = _flag("write zero instead of accumulating")
+
+
+@dataclass(frozen=True)
+class Alu(_Loop):
+    """``for o, i, u: acc[dst] = op(acc[dst], imm if use_imm else acc[src])``."""
+    OPCODE: ClassVar[Opcode] = Opcode.ALU
+    MNEMONIC: ClassVar[str] = "alu"
+    alu_op: AluOp = _field(3, "operation (AluOp)", default=AluOp.MIN)
+    use_imm: bool = _flag("use the immediate instead of acc[src]")
+    imm: int = _field(IMM_BITS, "signed immediate, sign-extended to acc_width", signed=True)
+
+
+@dataclass(frozen=True)
+class Finish(Instruction):
+    """Ends the run and raises done (compute stream)."""
+    OPCODE: ClassVar[Opcode] = Opcode.FINISH
+    MNEMONIC: ClassVar[str] = "finish"
+
+
+INSTRUCTION_TYPES = {cls.OPCODE: cls for cls in (Load, Store, Gemm, Finish, Alu)}
+
+
+@dataclass(frozen=True)
+class Uop:
+    """One micro-op: acc index, inp (GEMM) or acc (ALU) index, wgt index."""
+    dst: int = _field(_acc_bits, "accumulator index")
+    src: int = _field(_src_bits, "input index (GEMM) or accumulator index (ALU)")
+    wgt: int = _field(_wgt_bits, "weight index")
+
+
+# -- formats -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FieldLayout:
+    """Where one field sits in a word."""
+    name: str
+    offset: int
+    width: int
+    signed: bool
+    doc: str
+
+    @property
+    def msb(self):
+        return self.offset + self.width - 1
+
+    @property
+    def min(self):
+        return -(1 << (self.width - 1)) if self.signed else 0
+
+    @property
+    def max(self):
+        return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
+
+
+class Format:
+    """The bit layout of one instruction type (or the micro-op) under one config."""
+
+    def __init__(self, cls, cfg, *, total_bits):
+        self.cls, self.cfg, self.total_bits = cls, cfg, total_bits
+        self.name = cls.OPCODE.name if issubclass(cls, Instruction) else "UOP"
+        decls = [("opcode", OPCODE_BITS, False, "instruction opcode (Opcode)", int)] \
+            if issubclass(cls, Instruction) else []
+        for f in dataclasses.fields(cls):
+            width = f.metadata["width"]
+            decls.append((f.name, width(cfg) if callable(width) else width,
+                          f.metadata["signed"], f.metadata["doc"], f.type))
+        self.fields, offset, self._plan = [], 0, []
+        for name, width, signed, doc, kind in decls:
+            self.fields.append(FieldLayout(name, offset, width, signed, doc))
+            if name != "opcode":
+                self._plan.append((name, offset, (1 << width) - 1, 1 << width if signed else 0, kind))
+            offset += width
+        self.used_bits = offset
+        self.by_name = {f.name: f for f in self.fields}
+
+    def __repr__(self):
+        return f"Format({self.name}, {self.used_bits}/{self.total_bits} bits)"
+
+    def check(self, obj):
+        """Raise :class:`IsaError` naming the first field whose value does not fit."""
+        for f in self.fields[1:] if self.fields[0].name == "opcode" else self.fields:
+            value = getattr(obj, f.name)
+            if not isinstance(value, int):
+                raise IsaError(f"{self.name} field {f.name}={value!r} is not an integer")
+            if not f.min <= value <= f.max:
+                raise IsaError(f"{self.name} field {f.name}={value} out of range "
+                               f"[{f.min}, {f.max}] ({f.width} bits, config {self.cfg.name!r})")
+
+    def pack(self, obj):
+        self.check(obj)
+        word = 0
+        for f in self.fields:
+            value = obj.OPCODE if f.name == "opcode" else getattr(obj, f.name)
+            word |= (int(value) & ((1 << f.width) - 1)) << f.offset
+        return word
+
+    def unpack(self, word):
+        """The instruction (or micro-op) in ``word``.
+
+        Enum fields outside their enum stay plain ints, so an illegal memory
+        type or ALU op reaches :func:`fetch_error` as hardware would see it.
+        """
+        values = {}
+        for name, offset, mask, wrap, kind in self._plan:
+            value = (word >> offset) & mask
+            if wrap and value >= wrap >> 1:
+                value -= wrap
+            if kind is bool:
+                value = bool(value)
+            elif kind is not int and value in kind._value2member_map_:
+                value = kind(value)
+            values[name] = value
+        return self.cls(**values)
+
+
+@functools.lru_cache(maxsize=None)
+def instruction_format(cls_or_opcode, cfg):
+    """:class:`Format` of an instruction class (or opcode) under ``cfg``."""
+    cls = INSTRUCTION_TYPES[Opcode(cls_or_opcode)] if isinstance(cls_or_opcode, int) else cls_or_opcode
+    return Format(cls, cfg, total_bits=INSN_BITS)
+
+
+@functools.lru_cache(maxsize=None)
+def uop_format(cfg):
+    return Format(Uop, cfg, total_bits=cfg.uop_bits_stored)
+
+
+def check_config(cfg):
+    """Raise :class:`~tilewright.config.ConfigError` if some format overflows its word."""
+    from .config import ConfigError
+    for fmt in [Format(cls, cfg, total_bits=INSN_BITS) for cls in INSTRUCTION_TYPES.values()]:
+        if fmt.used_bits > fmt.total_bits:
+            widths = ", ".join(f"{f.name} {f.width}" for f in fmt.fields if f.width > 1)
+            raise ConfigError(f"the {fmt.name} instruction needs {fmt.used_bits} bits, more than "
+                              f"{fmt.total_bits} ({widths}); shrink the buffers")
+    if cfg.uop_bits > 64:
+        raise ConfigError(f"a micro-op needs {cfg.uop_bits} bits, more than 64; shrink the buffers")
+
+
+# -- encode / decode ---------------------------------------------------------
+
+def encode(insn, cfg):
+    """16 little-endian bytes of ``insn``; :class:`IsaError` if a field does not fit."""
+    return instruction_format(type(insn), cfg).pack(insn).to_bytes(INSN_BYTES, "little")
+
+
+def decode(data, cfg):
+    """The instruction in 16 bytes (or a 128-bit int).
+
+    Raises :class:`IllegalInstruction` (``ILLEGAL_OPCODE``) for an unknown
+    opcode; see :meth:`Format.unpack` for illegal enum values.
+    """
+    word = int.from_bytes(data, "little") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    opcode = word & ((1 << OPCODE_BITS) - 1)
+    if opcode not in INSTRUCTION_TYPES:
+        raise IllegalInstruction(ErrorCode.ILLEGAL_OPCODE, f"illegal opcode {opcode}")
+    return instruction_format(opcode, cfg).unpack(word)
+
+
+def encode_program(insns, cfg):
+    return b"".join(encode(insn, cfg) for insn in insns)
+
+
+def decode_program(data, cfg):
+    if len(data) % INSN_BYTES:
+        raise IsaError(f"instruction stream of {len(data)} bytes is not a multiple of {INSN_BYTES}")
+    return [decode(data[i:i + INSN_BYTES], cfg) for i in range(0, len(data), INSN_BYTES)]
+
+
+def validate(insn, cfg):
+    """Raise :class:`IsaError` if ``insn`` cannot be encoded or cannot legally be fetched."""
+    instruction_format(type(insn), cfg).check(insn)
+    problem = fetch_error(insn)
+    if problem:
+        raise IllegalInstruction(*problem)
+
+
+# -- streams and queues ------------------------------------------------------
+
+_LOAD_STREAM = {MemType.INP: Stream.LOAD, MemType.WGT: Stream.LOAD, MemType.UOP: Stream.COMPUTE,
+                MemType.ACC: Stream.COMPUTE, MemType.ACC8: Stream.COMPUTE}
+
+#: Dependency flag names in header order.
+DEP_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+
+#: The queue each dependency flag uses, per stream (None: the flag is illegal there).
+_QUEUES = {
+    Stream.LOAD: {"pop_prev": None, "pop_next": Queue.C2L, "push_prev": None, "push_next": Queue.L2C},
+    Stream.COMPUTE: {"pop_prev": Queue.L2C, "pop_next": Queue.S2C,
+                     "push_prev": Queue.C2L, "push_next": Queue.C2S},
+    Stream.STORE: {"pop_prev": Queue.C2S, "pop_next": None, "push_prev": Queue.S2C, "push_next": None},
+}
+
+
+def stream_of(insn):
+    """The stream executing ``insn``, or None if its memory type routes nowhere."""
+    if isinstance(insn, Load):
+        return _LOAD_STREAM.get(insn.memory_type)
+    if isinstance(insn, Store):
+        return Stream.STORE if insn.memory_type == MemType.OUT else None
+    return Stream.COMPUTE
+
+
+def queue_of(stream, flag):
+    """The token queue ``flag`` (e.g. ``"pop_prev"``) uses in ``stream``, or None."""
+    return _QUEUES[Stream(stream)][flag]
+
+
+def fetch_error(insn):
+    """``(ErrorCode, message)`` if fetch must reject ``insn``, else None."""
+    kind = insn.OPCODE.name
+    if isinstance(insn, (Load, Store)) and stream_of(insn) is None:
+        allowed = "OUT" if isinstance(insn, Store) else "UOP, WGT, INP, ACC, ACC8"
+        name = getattr(insn.memory_type, "name", insn.memory_type)
+        return ErrorCode.ILLEGAL_MEMORY_TYPE, f"{kind} cannot move memory type {name} (allowed: {allowed})"
+    if isinstance(insn, Alu) and insn.alu_op not in AluOp._value2member_map_:
+        return ErrorCode.ILLEGAL_ALU_OP, f"illegal ALU opcode {int(insn.alu_op)}"
+    stream = stream_of(insn)
+    for flag in DEP_FLAGS:
+        if getattr(insn, flag) and queue_of(stream, flag) is None:
+            return (ErrorCode.ILLEGAL_DEPENDENCY,
+                    f"{kind} runs in the {stream.name.lower()} stream, which has no {flag} queue")
+    return None
+
+
+# -- Amaranth layouts --------------------------------------------------------
+
+def _layout(fmt):
+    from amaranth.hdl import signed, unsigned
+    from amaranth.lib import data
+    members = {f.name: (signed if f.signed else unsigned)(f.width) for f in fmt.fields}
+    if fmt.used_bits < fmt.total_bits:
+        members["reserved"] = unsigned(fmt.total_bits - fmt.used_bits)
+    return data.StructLayout(members)
+
+
+def instruction_layouts(cfg):
+    """``{Opcode: data.StructLayout}`` (128 bits each), plus ``"header"`` for the common bits.
+
+    Every layout starts with the same opcode and dependency-flag fields, so
+    the header layout decodes any instruction word.
+    """
+    layouts = {op: _layout(instruction_format(op, cfg)) for op in INSTRUCTION_TYPES}
+    layouts["header"] = _layout(instruction_format(Finish, cfg))
+    return layouts
+
+
+def uop_layout(cfg):
+    """``data.StructLayout`` of a stored micro-op (``cfg.uop_bits_stored`` bits)."""
+    return _layout(uop_format(cfg))

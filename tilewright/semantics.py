@@ -1,0 +1,64 @@
+"""Integer semantics of the accelerator, written once (see ``docs/isa.md``).
+
+Values are two's-complement integers held in numpy ``int64`` arrays (or
+Python ints). The functional simulator computes with these functions; the
+RTL implements the same definitions in gates and is checked against the
+simulator bit for bit.
+
+* Accumulation wraps around in ``acc_width`` bits.
+* ALU: ``MIN``/``MAX`` signed; ``ADD`` wraps; ``MUL`` keeps the low
+  ``acc_width`` bits of the product; ``SHR`` shifts arithmetically right
+  (rounding toward minus infinity) by amounts ``0 … acc_width-1`` (larger
+  amounts act as ``acc_width-1``) and a negative amount ``-n`` shifts left by
+  ``n`` (``n ≥ acc_width`` gives zero).
+* Narrowing to the output width truncates (keeps the low bits); clipping is
+  done with ``MIN``/``MAX`` before it.
+"""
+
+import numpy as np
+
+from .isa import AluOp
+
+__all__ = ["wrap", "narrow", "alu"]
+
+
+def wrap(x, bits):
+    """``x`` reduced to a signed ``bits``-bit integer (two's complement)."""
+    half = 1 << (bits - 1)
+    if isinstance(x, int):
+        return ((x + half) & ((1 << bits) - 1)) - half
+    x = np.asarray(x, dtype=np.int64)
+    if bits == 64:
+        return x
+    return ((x + half) & ((1 << bits) - 1)) - half
+
+
+#: Narrowing is truncation: the same operation as wrap-around.
+narrow = wrap
+
+
+def _shift(a, amount, bits):
+    a = np.asarray(a, dtype=np.int64)
+    amount = np.asarray(amount, dtype=np.int64)
+    right = np.minimum(np.maximum(amount, 0), bits - 1)
+    left = np.minimum(np.maximum(-amount, 0), bits)
+    # Shift left on the unsigned view: signed overflow is not defined in C.
+    shifted_left = (a.astype(np.uint64) << left.astype(np.uint64)).astype(np.int64)
+    return np.where(amount >= 0, a >> right, wrap(shifted_left, bits))
+
+
+def alu(op, a, b, bits):
+    """``op(a, b)`` on ``bits``-bit accumulators, elementwise, as ``int64``."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    op = AluOp(op)
+    if op == AluOp.MIN:
+        return np.minimum(a, b)
+    if op == AluOp.MAX:
+        return np.maximum(a, b)
+    if op == AluOp.ADD:
+        return wrap(a + b, bits)
+    if op == AluOp.MUL:
+        # |a·b| < 2^62 for bits ≤ 32, so int64 holds the exact product.
+        return wrap(a * b, bits)
+    return _shift(a, b, bits)
