@@ -164,6 +164,7 @@ class FunctionalSimulator:
         self._uop = np.zeros((3, c.uop_depth), dtype=np.int64)    # dst, src, wgt
         self._uop_fields = isa.uop_format(c).fields
         self._wgt_version, self._weight_cache = 0, {}
+        self._plans = {}            # GEMM/ALU instruction -> plan, until the next LOAD UOP
         self._depth = {mem: c.depth(mem) for mem in ("uop", "inp", "wgt", "acc", "out")}
         self.stats = RunStats()
 
@@ -348,6 +349,7 @@ class FunctionalSimulator:
         block = block.reshape(insn.sram_extent, -1)
         rows = slice(insn.sram_base, insn.sram_base + block.shape[0])
         if mt == MemType.UOP:
+            self._plans.clear()
             words = block[:, 0].astype(np.uint64)
             for k, f in enumerate(self._uop_fields):
                 self._uop[k, rows] = ((words >> np.uint64(f.offset)) & np.uint64((1 << f.width) - 1)).astype(np.int64)
@@ -381,6 +383,21 @@ class FunctionalSimulator:
         self.stats.dram_bytes_written["out"] += data.size
 
     # -- GEMM / ALU ----------------------------------------------------------
+    #
+    # Index work depends only on an instruction and the micro-ops it uses, and
+    # the same instructions recur (one per tile), so each GEMM/ALU instruction
+    # becomes a plan of row selections once, cached until the next LOAD UOP;
+    # running a plan is only gathers, matrix products and stores. A plan is
+    # built (and its range errors raised) before anything is written.
+
+    def _plan(self, insn):
+        plan = self._plans.get(insn)
+        if plan is None:
+            plan = self._gemm_plan(insn) if isinstance(insn, Gemm) else self._alu_plan(insn)
+            if len(self._plans) >= 1024:
+                self._plans.clear()
+            self._plans[insn] = plan
+        return plan
 
     def _loop_indices(self, insn, fields):
         """Micro-op columns and loop strides of a GEMM/ALU instruction, range-checked.
@@ -405,45 +422,48 @@ class FunctionalSimulator:
             result[name] = index
         return result
 
-    def _write_acc(self, dst, values):
-        """acc[dst] = values and OUT[dst] = values, each truncated to its width."""
-        rows = _rows(dst)
+    def _write_acc(self, rows, values):
+        """acc[rows] = values and OUT[rows] = values, each truncated to its width."""
         self._acc[rows] = values
         self._out[rows] = values
 
     def _gemm(self, insn):
-        if insn.reset:
-            self._write_acc(self._loop_indices(insn, {"dst": "acc"})["dst"].all(), 0)
-        elif insn.uop_count:
-            idx = self._loop_indices(insn, {"dst": "acc", "src": "inp", "wgt": "wgt"})
-            dst, products = self._gemm_products(idx)
-            dst = dst.ravel()
-            products = products.reshape((-1,) + self._acc.shape[1:])
-            if _distinct(dst):
-                self._write_acc(dst, self._acc[_rows(dst)] + products)
+        plan = self._plan(insn)
+        if plan.reset:
+            self._write_acc(plan.rows, 0)
+        elif plan.groups or plan.by_weight:
+            products = (self._products_by_weight(*plan.by_weight) if plan.by_weight
+                        else np.concatenate([self._products(g) for g in plan.groups], axis=1))
+            products = products.reshape((-1,) + self._acc.shape[1:]).astype(np.int64)
+            if plan.distinct:
+                self._write_acc(plan.rows, self._acc[plan.rows] + products)
             else:   # the same row accumulated several times in one instruction
-                rows, inverse = np.unique(dst, return_inverse=True)
-                total = self._acc[rows].astype(np.int64)
-                np.add.at(total, inverse, products)
-                self._write_acc(rows, total)
-        else:
-            self._loop_indices(insn, {"dst": "acc", "src": "inp", "wgt": "wgt"})
+                total = self._acc[plan.rows].astype(np.int64)
+                np.add.at(total, plan.inverse, products)
+                self._write_acc(plan.rows, total)
         self.stats.gemm_uops += insn.uop_count
 
-    def _gemm_products(self, idx):
-        """``(dst, products)``: accumulator rows and the int64 sums to add to them.
+    def _gemm_plan(self, insn):
+        """Rows and operand selections of one GEMM instruction.
 
         Micro-ops are grouped by destination; each group's inputs and weights,
-        over all loop positions, become one matrix product. Groups of equal
-        size share one batched ``matmul``.
+        over all loop positions, become one matrix product, and groups of
+        equal size share one batched ``matmul``. Loops that move inputs and
+        weights together would make most of such products wasted; those
+        instructions multiply per weight instead (``by_weight``).
         """
+        if insn.reset:
+            dst = self._loop_indices(insn, {"dst": "acc"})["dst"]
+            return _GemmPlan(reset=True, rows=_rows(dst.all()))
+        idx = self._loop_indices(insn, {"dst": "acc", "src": "inp", "wgt": "wgt"})
+        if not insn.uop_count:
+            return _GemmPlan()
         dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
         S, s_pos = src.distinct_offsets()
         W, w_pos = wgt.distinct_offsets()
         if S.size * W.size > 2 * dst.positions:
-            # Loops that move inp and wgt together: products over every
-            # (input, weight) offset pair would mostly be wasted.
-            return self._gemm_products_by_weight(idx)
+            rows = dst.all()
+            return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), **_scatter(rows))
         ud, us, uw = dst.uops, src.uops, wgt.uops
         if ud.min() == ud.max():            # the usual kernel: one reduction
             groups = [np.arange(ud.size)[None, :]]
@@ -451,55 +471,93 @@ class FunctionalSimulator:
             order = np.argsort(ud, kind="stable")
             _, starts, sizes = np.unique(ud[order], return_index=True, return_counts=True)
             groups = [order[starts[sizes == k][:, None] + np.arange(k)] for k in np.unique(sizes)]
-        dsts, sums = [], []
+        plans, rows = [], []
         for members in groups:                                                   # (G, k)
-            G, b = members.shape[0], self.cfg.batch
-            A = _gather(self._inp, us[members][:, None, :] + S[None, :, None])   # (G, nS, k, b, BI)
-            A = A.transpose(0, 1, 3, 2, 4).reshape(G, S.size * b, -1)
-            B = self._weight_matrix(uw[members][:, None, :] + W[None, :, None])  # (G, k·BI, nW·BO)
-            P = np.matmul(A, B).reshape(G, S.size, b, W.size, -1)
-            sums.append(P[:, s_pos, :, w_pos, :])                                # (L, G, b, BO)
-            dsts.append(dst.offsets()[:, None] + ud[members[:, 0]][None, :])     # (L, G)
-        return np.concatenate(dsts, axis=1), np.concatenate(sums, axis=1).astype(np.int64)
+            inp = us[members][:, None, :] + S[None, :, None]                     # (G, nS, k)
+            wgt_index = uw[members][:, None, :] + W[None, :, None]               # (G, nW, k)
+            plans.append(_ProductGroup(_rows(inp.ravel()), inp.shape, wgt_index, wgt_index.tobytes(),
+                                       s_pos, w_pos))
+            rows.append(dst.offsets()[:, None] + ud[members[:, 0]][None, :])     # (L, G)
+        return _GemmPlan(groups=plans, **_scatter(np.concatenate(rows, axis=1).ravel()))
 
-    def _weight_matrix(self, index):
-        """Weights ``wgt[index]`` (G, nW, k) arranged as (G, k·BI, nW·BO) matmul operands.
+    def _products(self, g):
+        """Sums of one product group, (L, G, batch, block_out) as float64."""
+        G, nS, k = g.inp_shape
+        A = self._inp[g.inp_rows].reshape(g.inp_shape + self._inp.shape[1:])    # (G, nS, k, b, BI)
+        A = A.transpose(0, 1, 3, 2, 4).reshape(G, nS * self.cfg.batch, -1)
+        P = np.matmul(A, self._weight_matrix(g))
+        P = P.reshape(G, nS, self.cfg.batch, g.wgt_index.shape[1], -1)
+        return P[:, g.s_pos, :, g.w_pos, :]
+
+    def _weight_matrix(self, g):
+        """Weights of group ``g`` arranged as (G, k·BI, nW·BO) matmul operands.
 
         The arrangement is a copy; consecutive GEMMs on the same weights (a
         weight-stationary schedule) reuse it until the next weight LOAD.
         """
-        key = (self._wgt_version, index.shape, index.tobytes())
+        key = (self._wgt_version, g.wgt_key)
         if key not in self._weight_cache:
             if len(self._weight_cache) >= 4 or any(k[0] != key[0] for k in self._weight_cache):
                 self._weight_cache.clear()
-            G, nW, k = index.shape
-            B = _gather(self._wgt, index).transpose(0, 2, 4, 1, 3)              # (G, k, BI, nW, BO)
+            G, nW, k = g.wgt_index.shape
+            B = self._wgt[g.wgt_index].transpose(0, 2, 4, 1, 3)                 # (G, k, BI, nW, BO)
             self._weight_cache[key] = B.reshape(G, k * self.cfg.block_in, -1)
         return self._weight_cache[key]
 
-    def _gemm_products_by_weight(self, idx):
-        dst, src, wgt = (idx[name].all() for name in ("dst", "src", "wgt"))
+    def _products_by_weight(self, dst, src, wgt):
+        """Products of every micro-op, one matrix product per distinct weight."""
         order = np.argsort(wgt, kind="stable")
         weights, starts = np.unique(wgt[order], return_index=True)
         out = np.empty((dst.size,) + self._acc.shape[1:])
         for w, sel in zip(weights, np.split(order, starts[1:])):
             out[sel] = self._inp[src[sel]] @ self._wgt[w].T
-        return dst, out.astype(np.int64)
+        return out
 
     def _alu(self, insn):
         c = self.cfg
-        fields = {"dst": "acc"} if insn.use_imm else {"dst": "acc", "src": "acc"}
-        idx = self._loop_indices(insn, fields)
-        n = insn.uop_count
-        if n:
-            dst = idx["dst"].all()
-            src = None if insn.use_imm else idx["src"].all()
-            imm = wrap(insn.imm, c.acc_width)
-            for wave in _alu_waves(dst, src):
-                d = _rows(dst[wave])
-                b = imm if src is None else self._acc[_rows(src[wave])]
-                self._write_acc(d, alu_op(insn.alu_op, self._acc[d], b, c.acc_width))
-        self.stats.alu_uops += n
+        imm = wrap(insn.imm, c.acc_width)
+        for dst, src in self._plan(insn):
+            b = imm if src is None else self._acc[src]
+            self._write_acc(dst, alu_op(insn.alu_op, self._acc[dst], b, c.acc_width))
+        self.stats.alu_uops += insn.uop_count
+
+    def _alu_plan(self, insn):
+        """``[(dst rows, src rows or None)]`` per wave of one ALU instruction."""
+        idx = self._loop_indices(insn, {"dst": "acc"} if insn.use_imm else {"dst": "acc", "src": "acc"})
+        if not insn.uop_count:
+            return []
+        dst = idx["dst"].all()
+        src = None if insn.use_imm else idx["src"].all()
+        return [(_rows(dst[w]), None if src is None else _rows(src[w])) for w in _alu_waves(dst, src)]
+
+
+@dataclass(frozen=True)
+class _ProductGroup:
+    """Micro-op groups of equal size whose products form one batched matmul."""
+    inp_rows: object          # slice or flat index array into inp
+    inp_shape: tuple          # (G, nS, k)
+    wgt_index: np.ndarray     # (G, nW, k)
+    wgt_key: bytes
+    s_pos: np.ndarray         # loop position -> input offset index
+    w_pos: np.ndarray         # loop position -> weight offset index
+
+
+@dataclass(frozen=True)
+class _GemmPlan:
+    reset: bool = False
+    rows: object = None       # destination rows (slice or array), in product order
+    distinct: bool = True     # no destination row repeats
+    inverse: object = None    # product -> position in rows, when rows repeat
+    groups: tuple = ()
+    by_weight: tuple = None   # (dst, src, wgt) of every micro-op, for the fallback
+
+
+def _scatter(dst):
+    """How products land on destination rows: distinct rows, or unique rows and an inverse."""
+    if _distinct(dst):
+        return {"rows": _rows(dst)}
+    rows, inverse = np.unique(dst, return_inverse=True)
+    return {"rows": rows, "distinct": False, "inverse": inverse}
 
 
 @dataclass(frozen=True)
@@ -555,14 +613,6 @@ def _rows(indices):
 def _distinct(indices):
     """True if the (small, non-negative) ``indices`` has no repeated value."""
     return np.bincount(indices).max(initial=0) <= 1
-
-
-def _gather(buffer, index):
-    """``buffer[index]``, as a view when the indices are consecutive."""
-    rows = _rows(index.ravel())
-    if isinstance(rows, slice):
-        return buffer[rows].reshape(index.shape + buffer.shape[1:])
-    return buffer[index]
 
 
 def _alu_waves(dst, src):
