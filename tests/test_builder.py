@@ -37,6 +37,16 @@ def test_taken_flags_and_repeated_pops_use_noops():
     assert program[3] == Finish(pop_prev=True)
 
 
+def test_push_after_pending_pop_waits_for_it():
+    b = ProgramBuilder()
+    b.emit(Store(x_size=1, y_size=1))
+    b.pop(C, S)                        # the store stream must wait before it signals
+    b.push(S, C)
+    program = b.finish()
+    assert program[0] == Store(x_size=1, y_size=1)
+    assert program[1] == noop(S).replace(pop_prev=True, push_prev=True)
+
+
 def test_pending_pop_for_other_stream_at_finish_is_an_error():
     b = ProgramBuilder()
     b.pop(C, S)

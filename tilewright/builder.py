@@ -54,7 +54,8 @@ class ProgramBuilder:
         """Send a token src → dst once everything ``src`` has been given so far is done."""
         flag = _flag("push", src, dst)
         k = self._last.get(Stream(src))
-        if k is None or getattr(self.instructions[k], flag):
+        # A pending pop must take effect before the push, so it needs an instruction of its own.
+        if k is None or getattr(self.instructions[k], flag) or self._pending[Stream(src)]:
             k = self.emit(noop(src))
         self.instructions[k] = self.instructions[k].replace(**{flag: True})
 

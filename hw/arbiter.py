@@ -1,0 +1,67 @@
+"""Sharing one AXI4 read channel among several readers."""
+
+from amaranth import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import AxiReadSignature
+
+__all__ = ["ReadArbiter"]
+
+
+class ReadArbiter(wiring.Component):
+    """Round-robin AR arbitration; R beats routed back by ID.
+
+    Client ``k`` gets ARID ``k``. AXI keeps responses of one ID in order, and
+    every client accepts its own beats without waiting on another client, so
+    interleaved responses can never deadlock. A granted request stays
+    selected until the address handshake (AR must not change while valid).
+
+    Members
+    -------
+    c0 … c{n-1} : In(AxiReadSignature)
+        The clients' read channels (ID width 1, ID ignored).
+    bus : Out(AxiReadSignature)
+        The shared channel, ID width ``max(1, log2 n)``.
+    """
+
+    def __init__(self, *, count, addr_width, data_width):
+        self.count = count
+        self.id_width = max(1, (count - 1).bit_length())
+        members = {f"c{k}": In(AxiReadSignature(addr_width=addr_width, data_width=data_width))
+                   for k in range(count)}
+        members["bus"] = Out(AxiReadSignature(addr_width=addr_width, data_width=data_width,
+                                              id_width=self.id_width))
+        super().__init__(members)
+
+    def clients(self):
+        return [getattr(self, f"c{k}") for k in range(self.count)]
+
+    def elaborate(self, platform):
+        m = Module()
+        clients, bus = self.clients(), self.bus
+        grant = Signal(range(self.count))
+        # Hold the grant while its request waits; otherwise move to the next requester.
+        requests = Signal(self.count)
+        m.d.comb += requests.eq(Cat(c.arvalid for c in clients))
+        holding = bus.arvalid & ~bus.arready
+        with m.If(~holding):
+            # The nearest requester after the current grant wins (later m.If overrides earlier).
+            for k in reversed(range(1, self.count + 1)):
+                candidate = Signal(range(self.count), name=f"candidate_{k}")
+                m.d.comb += candidate.eq(Mux(grant + k >= self.count, grant + k - self.count, grant + k))
+                with m.If(requests.bit_select(candidate, 1)):
+                    m.d.sync += grant.eq(candidate)
+        with m.Switch(grant):
+            for k, c in enumerate(clients):
+                with m.Case(k):
+                    m.d.comb += [bus.arid.eq(k), bus.araddr.eq(c.araddr), bus.arlen.eq(c.arlen),
+                                 bus.arsize.eq(c.arsize), bus.arburst.eq(c.arburst),
+                                 bus.arvalid.eq(c.arvalid), c.arready.eq(bus.arready)]
+        for k, c in enumerate(clients):
+            mine = bus.rid == k
+            m.d.comb += [c.rid.eq(0), c.rdata.eq(bus.rdata), c.rresp.eq(bus.rresp), c.rlast.eq(bus.rlast),
+                         c.rvalid.eq(bus.rvalid & mine)]
+            with m.If(mine):
+                m.d.comb += bus.rready.eq(c.rready)
+        return m

@@ -1,0 +1,157 @@
+"""The compute stream: LOAD UOP/ACC/ACC8, GEMM, ALU and FINISH.
+
+Owns the micro-op and accumulator SRAMs; reads the input and weight SRAMs
+the load stream fills and writes the output SRAM the store stream drains.
+"""
+
+from amaranth import Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory, ReadPort, WritePort
+from amaranth.lib.wiring import In, Out
+
+from tilewright import isa
+from tilewright.isa import ErrorCode, MemType, Opcode
+
+from .axi import AxiReadSignature
+from .core import ComputeCore
+from .padded_load import PaddedLoad
+from .sequencer import CommandLayout, Sequencer, TokenPort
+from .sram import addr_bits, sram_shape
+
+__all__ = ["ComputeUnit"]
+
+
+def _sign_extend(value, width):
+    """``value`` (bits of a signed number) widened to ``width`` bits."""
+    return Cat(value, value[-1].replicate(width - len(value)))
+
+
+class ComputeUnit(wiring.Component):
+    """Sequencer, loaders for UOP/ACC/ACC8, the GEMM/ALU core and FINISH.
+
+    Members
+    -------
+    cmd : In(stream of CommandLayout)
+    prev : Out(TokenPort)      (l2c pops, c2l pushes)
+    next : Out(TokenPort)      (s2c pops, c2s pushes)
+    inp_read, wgt_read : In(ReadPort.Signature)
+    out_write : In(WritePort.Signature)
+    axi_uop, axi_acc, axi_acc8 : Out(AxiReadSignature)
+    protocol_ok : In(1)
+        Other streams drained, tokens clear and no instruction after this one
+        (checked when FINISH executes).
+    halt : In(1)
+    finished : Out(1)
+        One-cycle pulse: FINISH retired.
+    fault, error, index : the sequencer's fault report
+    status and counter outputs as named
+    """
+
+    def __init__(self, cfg, *, addr_width):
+        self.cfg = cfg
+        self.addr_width = addr_width
+        bus = cfg.dram_bus_width
+
+        def port(kind, mem):
+            return In(kind.Signature(addr_width=addr_bits(cfg, mem), shape=sram_shape(cfg, mem)))
+
+        axi = Out(AxiReadSignature(addr_width=addr_width, data_width=bus))
+        super().__init__({
+            "cmd": In(stream.Signature(CommandLayout())),
+            "prev": Out(TokenPort()), "next": Out(TokenPort()),
+            "inp_read": port(ReadPort, "inp"), "wgt_read": port(ReadPort, "wgt"),
+            "out_write": port(WritePort, "out"),
+            "axi_uop": axi, "axi_acc": axi, "axi_acc8": axi,
+            "protocol_ok": In(1),
+            "halt": In(1),
+            "finished": Out(1),
+            "fault": Out(1), "error": Out(4), "index": Out(32),
+            "busy": Out(1), "blocked": Out(1), "retired": Out(1), "executing": Out(1),
+            "gemm_busy": Out(1), "alu_busy": Out(1), "retire_gemm": Out(1), "retire_alu": Out(1),
+            "wait_pop_prev": Out(1), "wait_pop_next": Out(1),
+            "wait_push_prev": Out(1), "wait_push_next": Out(1),
+            "bytes_uop": Out(32), "bytes_acc": Out(32), "bytes_acc8": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.cfg
+        layouts = isa.instruction_layouts(c)
+        m.submodules.seq = seq = Sequencer(insn_layout=layouts["header"])
+        wiring.connect(m, wiring.flipped(self.cmd), seq.cmd)
+        wiring.connect(m, seq.prev, wiring.flipped(self.prev))
+        wiring.connect(m, seq.next, wiring.flipped(self.next))
+
+        # -- memories ------------------------------------------------------------
+        m.submodules.uop_mem = uop_mem = Memory(shape=sram_shape(c, "uop"), depth=c.uop_depth, init=[])
+        m.submodules.acc_mem = acc_mem = Memory(shape=sram_shape(c, "acc"), depth=c.acc_depth, init=[])
+        uop_w = uop_mem.write_port()
+        uop_r = uop_mem.read_port()
+        acc_w = acc_mem.write_port()
+        acc_ra = acc_mem.read_port(transparent_for=(acc_w,))
+        acc_rb = acc_mem.read_port(transparent_for=(acc_w,))
+
+        # -- executors -------------------------------------------------------------
+        kw = dict(insn_layout=layouts[Opcode.LOAD], addr_width=self.addr_width, data_width=c.dram_bus_width)
+        m.submodules.load_uop = load_uop = PaddedLoad(
+            elem_bytes=c.elem_bytes("uop"), entry_shape=sram_shape(c, "uop"), depth=c.uop_depth, **kw)
+        m.submodules.load_acc = load_acc = PaddedLoad(
+            elem_bytes=c.elem_bytes("acc"), entry_shape=sram_shape(c, "acc"), depth=c.acc_depth, **kw)
+        m.submodules.load_acc8 = load_acc8 = PaddedLoad(
+            elem_bytes=c.elem_bytes("acc8"), entry_shape=sram_shape(c, "acc"), depth=c.acc_depth,
+            convert=lambda e: Cat(_sign_extend(e[8 * k:8 * k + 8], c.acc_width) for k in range(c.batch * c.block_out)),
+            **kw)
+        m.submodules.core = core = ComputeCore(c)
+        wiring.connect(m, load_uop.axi, wiring.flipped(self.axi_uop))
+        wiring.connect(m, load_acc.axi, wiring.flipped(self.axi_acc))
+        wiring.connect(m, load_acc8.axi, wiring.flipped(self.axi_acc8))
+        wiring.connect(m, load_uop.write, uop_w)
+        wiring.connect(m, core.uop_read, uop_r)
+        wiring.connect(m, core.acc_read_a, acc_ra)
+        wiring.connect(m, core.acc_read_b, acc_rb)
+        wiring.connect(m, core.inp_read, wiring.flipped(self.inp_read))
+        wiring.connect(m, core.wgt_read, wiring.flipped(self.wgt_read))
+        wiring.connect(m, core.out_write, wiring.flipped(self.out_write))
+        # One writer of acc at a time: the compute stream runs one instruction.
+        for writer in (core.acc_write, load_acc.write, load_acc8.write):
+            with m.If(writer.en):
+                m.d.comb += [acc_w.addr.eq(writer.addr), acc_w.data.eq(writer.data), acc_w.en.eq(1)]
+
+        word = seq.insn.as_value()
+        opcode = word[:3]
+        load = data.View(layouts[Opcode.LOAD], word)
+        finish = data.View(layouts[Opcode.FINISH], word)
+        is_load = opcode == Opcode.LOAD
+        kind = {"uop": is_load & (load.memory_type == MemType.UOP),
+                "acc": is_load & (load.memory_type == MemType.ACC),
+                "acc8": is_load & (load.memory_type == MemType.ACC8),
+                "core": (opcode == Opcode.GEMM) | (opcode == Opcode.ALU),
+                "finish": opcode == Opcode.FINISH}
+        for unit, name in ((load_uop, "uop"), (load_acc, "acc"), (load_acc8, "acc8")):
+            m.d.comb += [unit.insn.eq(word), unit.start.eq(seq.start & kind[name])]
+        m.d.comb += [core.insn.eq(word), core.start.eq(seq.start & kind["core"])]
+
+        # FINISH: one cycle after its pops, every other part must be quiet.
+        finish_check = Signal()
+        m.d.sync += finish_check.eq(seq.start & kind["finish"])
+        finish_error = Mux(self.protocol_ok & ~finish.push_prev & ~finish.push_next, 0, ErrorCode.PROTOCOL)
+
+        done = load_uop.done | load_acc.done | load_acc8.done | core.done | finish_check
+        error = Signal(4)
+        m.d.comb += error.eq(load_uop.error | load_acc.error | load_acc8.error | core.error
+                             | Mux(finish_check, finish_error, 0))
+        m.d.comb += [
+            seq.done.eq(done), seq.error.eq(error), seq.halt.eq(self.halt),
+            self.finished.eq(seq.retired & kind["finish"]),
+            self.fault.eq(seq.fault), self.error.eq(Mux(seq.fault, error, 0)), self.index.eq(seq.index),
+            self.busy.eq(seq.busy), self.blocked.eq(seq.blocked), self.retired.eq(seq.retired),
+            self.executing.eq(seq.executing),
+            self.gemm_busy.eq(core.gemm_busy), self.alu_busy.eq(core.alu_busy),
+            self.retire_gemm.eq(core.retire_gemm), self.retire_alu.eq(core.retire_alu),
+            self.wait_pop_prev.eq(seq.wait_pop_prev), self.wait_pop_next.eq(seq.wait_pop_next),
+            self.wait_push_prev.eq(seq.wait_push_prev), self.wait_push_next.eq(seq.wait_push_next),
+            self.bytes_uop.eq(Mux(seq.retired & kind["uop"], load_uop.bytes_read, 0)),
+            self.bytes_acc.eq(Mux(seq.retired & kind["acc"], load_acc.bytes_read, 0)),
+            self.bytes_acc8.eq(Mux(seq.retired & kind["acc8"], load_acc8.bytes_read, 0)),
+        ]
+        return m

@@ -1,0 +1,322 @@
+"""The GEMM and ALU datapaths: one micro-op per cycle each.
+
+Both walk the same loop nest (``iter_out`` × ``iter_in`` × micro-ops) with a
+:class:`LoopGenerator`, read micro-ops from the uop SRAM and address the
+accumulator through the same two read ports and one write port.
+
+GEMM pipeline (one micro-op enters per cycle, no stalls)::
+
+    S0 uop read · S1 indices, range check, inp/wgt read · S2 products
+    · tree levels (registered, log2(block_in) of them) · acc += sum, write
+
+The accumulator is read one cycle before it is written, through a port
+transparent to the write port: a micro-op reading the row that the
+micro-op ahead of it writes in the same cycle sees the new value, so
+back-to-back micro-ops on one row need no stall and no software help.
+
+ALU pipeline::
+
+    S0 uop read · S1 indices, range check, acc[dst] and acc[src] read · S2 op, write
+
+with the same transparent reads. Every result is also written, narrowed to
+the output width, to OUT.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import ReadPort, WritePort
+from amaranth.lib.wiring import In, Out
+
+from tilewright import isa
+from tilewright.isa import AluOp, ErrorCode
+
+from .sram import addr_bits, sram_shape
+
+__all__ = ["LoopGenerator", "ComputeCore", "adder_tree"]
+
+OFFSET_BITS = 32
+
+
+class LoopGenerator(wiring.Component):
+    """Emits ``(u, offsets)`` for ``o < iter_out, i < iter_in, u ∈ [uop_bgn, uop_end)``, one per cycle.
+
+    Offsets are ``o·factor_out + i·factor_in`` for each of the three
+    indices, kept by adders (no multipliers). ``stop`` ends the walk early.
+    """
+
+    def __init__(self, *, uop_bits):
+        self.uop_bits = uop_bits
+        fields = {"u": uop_bits, "dst": OFFSET_BITS, "src": OFFSET_BITS, "wgt": OFFSET_BITS, "last": 1}
+        super().__init__({
+            "start": In(1),
+            "uop_bgn": In(uop_bits), "uop_end": In(uop_bits + 1),
+            "iter_out": In(isa.LOOP_BITS), "iter_in": In(isa.LOOP_BITS),
+            "factors": In(data.ArrayLayout(OFFSET_BITS, 6)),   # dst, src, wgt × (out, in)
+            "stop": In(1),
+            "valid": Out(1),
+            "out": Out(data.StructLayout(fields)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        o = Signal(isa.LOOP_BITS)
+        i = Signal(isa.LOOP_BITS)
+        u = Signal(self.uop_bits + 1)
+        base = [Signal(OFFSET_BITS, name=f"base_{n}") for n in ("dst", "src", "wgt")]   # o·f_out
+        off = [Signal(OFFSET_BITS, name=f"off_{n}") for n in ("dst", "src", "wgt")]     # + i·f_in
+        f_out = [self.factors[2 * k] for k in range(3)]
+        f_in = [self.factors[2 * k + 1] for k in range(3)]
+        running = Signal()
+        last_u = u == self.uop_end - 1
+        last_i = i == self.iter_in - 1
+        last_o = o == self.iter_out - 1
+        m.d.comb += [
+            self.valid.eq(running),
+            self.busy.eq(running),
+            self.out.u.eq(u),
+            self.out.dst.eq(off[0]), self.out.src.eq(off[1]), self.out.wgt.eq(off[2]),
+            self.out.last.eq(last_u & last_i & last_o),
+        ]
+        with m.If(self.start):
+            empty = (self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0)
+            m.d.sync += [running.eq(~empty), o.eq(0), i.eq(0), u.eq(self.uop_bgn)]
+            m.d.sync += [s.eq(0) for s in base + off]
+        with m.Elif(running):
+            with m.If(self.stop | self.out.last):
+                m.d.sync += running.eq(0)
+            with m.Elif(~last_u):
+                m.d.sync += u.eq(u + 1)
+            with m.Elif(~last_i):
+                m.d.sync += [u.eq(self.uop_bgn), i.eq(i + 1)]
+                m.d.sync += [off[k].eq(off[k] + f_in[k]) for k in range(3)]
+            with m.Else():
+                m.d.sync += [u.eq(self.uop_bgn), i.eq(0), o.eq(o + 1)]
+                m.d.sync += [base[k].eq(base[k] + f_out[k]) for k in range(3)]
+                m.d.sync += [off[k].eq(base[k] + f_out[k]) for k in range(3)]
+        return m
+
+
+def adder_tree(m, values, *, domain="sync", name="tree"):
+    """Sum ``values`` with a balanced tree, one register per level.
+
+    Returns ``(total, levels)``: the final sum (valid ``levels`` cycles
+    after the inputs) and the number of register levels.
+    """
+    level = 0
+    values = list(values)
+    while len(values) > 1:
+        nxt = []
+        for k in range(0, len(values) - 1, 2):
+            a, b = values[k], values[k + 1]
+            s = Signal(signed(max(len(a), len(b)) + 1), name=f"{name}_l{level}_{k // 2}")
+            m.d[domain] += s.eq(a + b)
+            nxt.append(s)
+        if len(values) % 2:
+            s = Signal.like(values[-1], name=f"{name}_l{level}_pass")
+            m.d[domain] += s.eq(values[-1])
+            nxt.append(s)
+        values = nxt
+        level += 1
+    return values[0], level
+
+
+def _pipe(m, value, name):
+    reg = Signal.like(value, name=name)
+    m.d.sync += reg.eq(value)
+    return reg
+
+
+class ComputeCore(wiring.Component):
+    """Executes GEMM and ALU instructions against the uop, inp, wgt, acc and out SRAMs.
+
+    Members
+    -------
+    start : In(1)
+        Begin ``insn`` (a GEMM or ALU word).
+    insn : In(128)
+    done : Out(1)
+        One-cycle pulse when the last micro-op has written back.
+    error : Out(4)
+        ``UOP_RANGE`` or ``INDEX_RANGE``, valid with ``done``.
+    gemm_busy, alu_busy : Out(1)
+        An instruction of that kind is executing.
+    retire_gemm, retire_alu : Out(1)
+        A micro-op wrote back this cycle.
+    uop_read, inp_read, wgt_read, acc_read_a, acc_read_b : In(ReadPort.Signature)
+    acc_write, out_write : In(WritePort.Signature)
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        layouts = isa.instruction_layouts(cfg)
+        self.gemm_layout, self.alu_layout = layouts[isa.Opcode.GEMM], layouts[isa.Opcode.ALU]
+        self.acc_shape = sram_shape(cfg, "acc")
+
+        def port(kind, mem):
+            return In(kind.Signature(addr_width=addr_bits(cfg, mem), shape=sram_shape(cfg, mem)))
+
+        super().__init__({
+            "start": In(1),
+            "insn": In(isa.INSN_BITS),
+            "done": Out(1),
+            "error": Out(4),
+            "gemm_busy": Out(1), "alu_busy": Out(1),
+            "retire_gemm": Out(1), "retire_alu": Out(1),
+            "uop_read": port(ReadPort, "uop"),
+            "inp_read": port(ReadPort, "inp"),
+            "wgt_read": port(ReadPort, "wgt"),
+            "acc_read_a": port(ReadPort, "acc"),
+            "acc_read_b": port(ReadPort, "acc"),
+            "acc_write": port(WritePort, "acc"),
+            "out_write": port(WritePort, "out"),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.cfg
+        gemm = data.View(self.gemm_layout, self.insn)
+        alu = data.View(self.alu_layout, self.insn)
+        m.submodules.loops = loops = LoopGenerator(uop_bits=c.index_bits("uop"))
+
+        # -- instruction latch and control ------------------------------------
+        is_gemm = Signal()
+        reset = Signal()
+        use_imm = Signal()
+        alu_op = Signal(3)
+        imm = Signal(signed(c.acc_width))
+        active = Signal()
+        error = Signal(4)
+        m.d.comb += [
+            loops.uop_bgn.eq(gemm.uop_bgn), loops.uop_end.eq(gemm.uop_end),
+            loops.iter_out.eq(gemm.iter_out), loops.iter_in.eq(gemm.iter_in),
+            loops.factors[0].eq(gemm.dst_factor_out), loops.factors[1].eq(gemm.dst_factor_in),
+            loops.factors[2].eq(gemm.src_factor_out), loops.factors[3].eq(gemm.src_factor_in),
+        ]
+        with m.If(self.insn[:3] == isa.Opcode.GEMM):
+            m.d.comb += [loops.factors[4].eq(gemm.wgt_factor_out), loops.factors[5].eq(gemm.wgt_factor_in)]
+        uop_range_bad = (gemm.uop_bgn > gemm.uop_end) | (gemm.uop_end > c.uop_depth)
+        with m.If(self.start):
+            m.d.sync += [
+                is_gemm.eq(self.insn[:3] == isa.Opcode.GEMM),
+                reset.eq(gemm.reset), use_imm.eq(alu.use_imm), alu_op.eq(alu.alu_op),
+                imm.eq(alu.imm), error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0)),
+            ]
+            m.d.comb += loops.start.eq(~uop_range_bad)
+            m.d.sync += active.eq(1)
+
+        # -- S0: micro-op read -------------------------------------------------
+        m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(1)]
+        s1_valid = Signal()
+        s1 = Signal.like(loops.out)
+        m.d.sync += [s1_valid.eq(loops.valid & ~loops.stop), s1.eq(loops.out)]
+
+        # -- S1: indices and range checks ---------------------------------------
+        uop = self.uop_read.data
+        dst = Signal(OFFSET_BITS + 1)
+        src = Signal(OFFSET_BITS + 1)
+        wgt = Signal(OFFSET_BITS + 1)
+        m.d.comb += [dst.eq(uop.dst + s1.dst), src.eq(uop.src + s1.src), wgt.eq(uop.wgt + s1.wgt)]
+        src_depth = Mux(is_gemm, c.inp_depth, c.acc_depth)
+        needs_src = Mux(is_gemm, ~reset, ~use_imm)
+        bad = s1_valid & ((dst >= c.acc_depth) | (needs_src & (src >= src_depth))
+                          | (is_gemm & ~reset & (wgt >= c.wgt_depth)))
+        m.d.comb += loops.stop.eq(bad | (error != 0))
+        with m.If(bad):
+            m.d.sync += error.eq(ErrorCode.INDEX_RANGE)
+        s1_ok = s1_valid & ~bad & (error == 0)
+        m.d.comb += [
+            self.inp_read.addr.eq(src), self.inp_read.en.eq(1),
+            self.wgt_read.addr.eq(wgt), self.wgt_read.en.eq(1),
+        ]
+
+        # -- GEMM: S2 products, tree, accumulate ----------------------------------
+        BI, BO, batch = c.block_in, c.block_out, c.batch
+        g_valid = _pipe(m, s1_ok & is_gemm, "s2_valid")
+        g_dst = _pipe(m, dst[:len(self.acc_write.addr)], "s2_dst")
+        g_reset = _pipe(m, reset, "s2_reset")
+        sums = []
+        levels = 0
+        for b in range(batch):
+            for o in range(BO):
+                products = []
+                for k in range(BI):
+                    p = Signal(signed(c.inp_width + c.wgt_width), name=f"p_{b}_{o}_{k}")
+                    m.d.sync += p.eq(self.inp_read.data[b * BI + k] * self.wgt_read.data[o * BI + k])
+                    products.append(p)
+                total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
+                sums.append(total)
+        # Control rides along the products register and every tree level; the
+        # acc read is issued one stage before the sums are ready.
+        ctrl = [(g_valid, g_dst, g_reset)]
+        for n in range(levels + 1):
+            ctrl.append(tuple(_pipe(m, s, f"g{n}_{k}") for k, s in enumerate(ctrl[-1])))
+        read_valid, read_dst, _ = ctrl[-2]
+        w_valid, w_dst, w_reset = ctrl[-1]
+
+        # -- ALU: S2 op, write -------------------------------------------------
+        a_valid = _pipe(m, s1_ok & ~is_gemm, "a2_valid")
+        a_dst = _pipe(m, dst[:len(self.acc_write.addr)], "a2_dst")
+
+        with m.If(is_gemm):
+            m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
+        with m.Else():
+            m.d.comb += [self.acc_read_a.addr.eq(dst), self.acc_read_a.en.eq(1),
+                         self.acc_read_b.addr.eq(src), self.acc_read_b.en.eq(1)]
+
+        result = Signal(self.acc_shape)
+        write_dst = Signal.like(a_dst)
+        write = Signal()
+        with m.If(w_valid):
+            m.d.comb += [write.eq(1), write_dst.eq(w_dst)]
+            for lane, total in enumerate(sums):
+                m.d.comb += result[lane].eq(Mux(w_reset, 0, self.acc_read_a.data[lane] + total))
+        with m.Elif(a_valid):
+            m.d.comb += [write.eq(1), write_dst.eq(a_dst)]
+            for lane in range(batch * BO):
+                a = self.acc_read_a.data[lane]
+                b = Mux(use_imm, imm, self.acc_read_b.data[lane])
+                m.d.comb += result[lane].eq(_alu_lane(m, alu_op, a, b, c.acc_width, lane))
+        m.d.comb += [
+            self.acc_write.addr.eq(write_dst), self.acc_write.data.eq(result), self.acc_write.en.eq(write),
+            self.out_write.addr.eq(write_dst), self.out_write.en.eq(write),
+            self.retire_gemm.eq(w_valid), self.retire_alu.eq(a_valid),
+        ]
+        for lane in range(batch * BO):
+            m.d.comb += self.out_write.data[lane].eq(result[lane][:c.out_width])
+
+        # -- completion --------------------------------------------------------
+        in_flight = Cat(s1_valid, g_valid, a_valid, *(s[0] for s in ctrl)).any()
+        m.d.comb += [self.gemm_busy.eq(active & is_gemm), self.alu_busy.eq(active & ~is_gemm),
+                     self.error.eq(error)]
+        with m.If(active & ~self.start & ~loops.busy & ~in_flight):
+            m.d.comb += self.done.eq(1)
+            m.d.sync += active.eq(0)
+        return m
+
+
+def _alu_lane(m, op, a, b, width, lane):
+    """``op(a, b)`` for one accumulator lane, per docs/isa.md."""
+    result = Signal(signed(width), name=f"alu_{lane}")
+    shift_bits = (width - 1).bit_length()
+    right = Signal(shift_bits, name=f"alu_shr_{lane}")
+    left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")
+    m.d.comb += [
+        right.eq(Mux(b >= width - 1, width - 1, b[:shift_bits])),
+        left.eq(Mux(-b >= width, width, (-b)[:shift_bits + 1])),
+    ]
+    with m.Switch(op):
+        with m.Case(AluOp.MIN):
+            m.d.comb += result.eq(Mux(a < b, a, b))
+        with m.Case(AluOp.MAX):
+            m.d.comb += result.eq(Mux(a > b, a, b))
+        with m.Case(AluOp.ADD):
+            m.d.comb += result.eq(a + b)
+        with m.Case(AluOp.MUL):
+            m.d.comb += result.eq(a * b)
+        with m.Case(AluOp.SHR):
+            with m.If(b >= 0):
+                m.d.comb += result.eq(a >> right)
+            with m.Else():
+                m.d.comb += result.eq((a << left)[:width])
+    return result

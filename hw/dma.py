@@ -1,0 +1,377 @@
+"""2D strided DMA over AXI4: rows of bytes in, rows of bytes out.
+
+A transfer is ``rows`` rows of ``row_bytes`` bytes; row ``r`` starts at byte
+``addr + r·stride``. Rows are split into INCR bursts aligned to the bus, at
+most 256 beats long and never crossing a 4 KiB boundary. Address requests
+run ahead of the data by up to ``outstanding`` bursts, so long transfers
+keep the data channel busy every cycle.
+
+* :class:`RowReader` issues AR requests and tags each R beat with the byte
+  range ``[lo, hi)`` that belongs to the transfer.
+* :class:`ElementPacker` turns tagged beats into elements of ``elem_bytes``.
+* :class:`RowWriter` issues AW requests, packs elements into W beats with
+  byte strobes and waits for every B response.
+
+Addresses are element-aligned (the ISA counts DRAM in elements), so an
+element never straddles a beat when it is smaller than one, and elements
+larger than a beat start on a beat boundary.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import (BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, RESP_OKAY, AxiReadSignature,
+                  AxiWriteSignature)
+
+__all__ = ["TransferLayout", "RowReader", "ElementPacker", "RowWriter"]
+
+#: Widths of a transfer command. Byte counts allow 16-bit element counts of
+#: elements up to 64 KiB.
+ADDR_BITS = 48
+LEN_BITS = 32
+ROWS_BITS = 16
+
+
+def TransferLayout():
+    """Payload of a transfer command: ``addr``, ``row_bytes``, ``stride``, ``rows``."""
+    return data.StructLayout({"addr": ADDR_BITS, "row_bytes": LEN_BITS, "stride": LEN_BITS,
+                              "rows": ROWS_BITS})
+
+
+def _burst_layout(bus_bytes):
+    return data.StructLayout({"beats": range(1, MAX_BURST_BEATS + 1), "lo": range(bus_bytes),
+                              "hi": range(1, bus_bytes + 1), "last": 1})
+
+
+class _BurstSplitter(wiring.Component):
+    """Splits a transfer into bursts: an address request and a descriptor per burst.
+
+    ``request`` carries the aligned burst address and beat count; ``burst``
+    carries the same count with the first beat's starting byte (``lo``), the
+    last beat's end byte (``hi``) and whether it ends the transfer. Both are
+    produced together, one burst per cycle at most.
+    """
+
+    def __init__(self, *, bus_bytes):
+        self.bus_bytes = bus_bytes
+        super().__init__({
+            "cmd": In(stream.Signature(TransferLayout())),
+            "request": Out(stream.Signature(data.StructLayout({"addr": ADDR_BITS, "beats": range(1, MAX_BURST_BEATS + 1)}))),
+            "burst": Out(stream.Signature(_burst_layout(bus_bytes))),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.bus_bytes
+        shift = B.bit_length() - 1
+        row_addr = Signal(ADDR_BITS)      # start of the current row
+        start = Signal(ADDR_BITS)         # next byte to request in this row
+        end = Signal(ADDR_BITS)           # one past the row's last byte
+        rows_left = Signal(ROWS_BITS)
+        stride = Signal(LEN_BITS)
+        row_bytes = Signal(LEN_BITS)
+        active = Signal()
+
+        aligned = Signal(ADDR_BITS)
+        m.d.comb += aligned.eq(start & ~(B - 1))
+        to_end = Signal(ADDR_BITS)
+        to_boundary = Signal(range(BOUNDARY_BYTES // B + 1))
+        beats = Signal(range(1, MAX_BURST_BEATS + 1))
+        m.d.comb += [
+            to_end.eq((end - aligned + B - 1) >> shift),
+            to_boundary.eq((BOUNDARY_BYTES - aligned[:12]) >> shift),
+        ]
+        limit = min(MAX_BURST_BEATS, BOUNDARY_BYTES // B)
+        with m.If((to_end <= to_boundary) & (to_end <= limit)):
+            m.d.comb += beats.eq(to_end)
+        with m.Elif(to_boundary <= limit):
+            m.d.comb += beats.eq(to_boundary)
+        with m.Else():
+            m.d.comb += beats.eq(limit)
+        burst_end = Signal(ADDR_BITS)
+        m.d.comb += burst_end.eq(aligned + (beats << shift))
+        last_in_row = burst_end >= end
+        last = last_in_row & (rows_left == 1)
+
+        m.d.comb += [
+            self.busy.eq(active),
+            self.cmd.ready.eq(~active),
+            self.request.payload.addr.eq(aligned),
+            self.request.payload.beats.eq(beats),
+            self.burst.payload.beats.eq(beats),
+            self.burst.payload.lo.eq(start[:shift] if shift else 0),
+            self.burst.payload.hi.eq(Mux(last_in_row, end - (burst_end - B), B)),
+            self.burst.payload.last.eq(last),
+        ]
+        # Request and descriptor leave together: valid on both, advance when both are taken.
+        m.d.comb += [
+            self.request.valid.eq(active & self.burst.ready),
+            self.burst.valid.eq(active & self.request.ready),
+        ]
+        with m.If(self.cmd.valid & ~active):
+            p = self.cmd.payload
+            m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), end.eq(p.addr + p.row_bytes),
+                         rows_left.eq(p.rows), stride.eq(p.stride), row_bytes.eq(p.row_bytes),
+                         active.eq((p.rows != 0) & (p.row_bytes != 0))]
+        with m.If(self.request.valid & self.request.ready):
+            with m.If(~last_in_row):
+                m.d.sync += start.eq(burst_end)
+            with m.Elif(rows_left != 1):
+                next_row = row_addr + stride
+                m.d.sync += [row_addr.eq(next_row), start.eq(next_row), end.eq(next_row + row_bytes),
+                             rows_left.eq(rows_left - 1)]
+            with m.Else():
+                m.d.sync += [rows_left.eq(0), active.eq(0)]
+        return m
+
+
+class RowReader(wiring.Component):
+    """Reads a 2D transfer and emits its data beats tagged with their valid bytes.
+
+    Members
+    -------
+    cmd : In(stream.Signature(TransferLayout()))
+        One transfer; accepted when idle.
+    beats : Out(stream.Signature(...))
+        ``data`` (one bus word), ``lo``/``hi`` (the transfer's bytes within it)
+        and ``last`` (the transfer's final beat).
+    axi : Out(AxiReadSignature)
+        The read channels.
+    busy : Out(1)
+        A transfer is in progress (requests or data outstanding).
+    error : Out(1)
+        A read response of the current transfer was not OKAY.
+    """
+
+    def __init__(self, *, addr_width, data_width, outstanding=4):
+        self.bus_bytes = data_width // 8
+        self.addr_width = addr_width
+        self.outstanding = outstanding
+        super().__init__({
+            "cmd": In(stream.Signature(TransferLayout())),
+            "beats": Out(stream.Signature(data.StructLayout({
+                "data": data_width, "lo": range(self.bus_bytes), "hi": range(1, self.bus_bytes + 1),
+                "last": 1}))),
+            "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=data_width)),
+            "busy": Out(1),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.bus_bytes
+        m.submodules.split = split = _BurstSplitter(bus_bytes=B)
+        m.submodules.pending = pending = fifo.SyncFIFOBuffered(
+            width=len(split.burst.payload.as_value()), depth=self.outstanding)
+        wiring.connect(m, wiring.flipped(self.cmd), split.cmd)
+        m.d.comb += [
+            pending.w_data.eq(split.burst.payload),
+            pending.w_en.eq(split.burst.valid),
+            split.burst.ready.eq(pending.w_rdy),
+            self.axi.arid.eq(0),
+            self.axi.araddr.eq(split.request.payload.addr),
+            self.axi.arlen.eq(split.request.payload.beats - 1),
+            self.axi.arsize.eq(B.bit_length() - 1),
+            self.axi.arburst.eq(BURST_INCR),
+            self.axi.arvalid.eq(split.request.valid),
+            split.request.ready.eq(self.axi.arready),
+        ]
+        burst = data.View(_burst_layout(B), pending.r_data)
+        beat = Signal(range(MAX_BURST_BEATS))
+        first = beat == 0
+        final = beat == burst.beats - 1
+        m.d.comb += [
+            self.beats.payload.data.eq(self.axi.rdata),
+            self.beats.payload.lo.eq(Mux(first, burst.lo, 0)),
+            self.beats.payload.hi.eq(Mux(final, burst.hi, B)),
+            self.beats.payload.last.eq(final & burst.last),
+            self.beats.valid.eq(self.axi.rvalid & pending.r_rdy),
+            self.axi.rready.eq(self.beats.ready & pending.r_rdy),
+            pending.r_en.eq(self.axi.rvalid & self.axi.rready & final),
+            self.busy.eq(split.busy | pending.r_rdy),
+        ]
+        with m.If(self.axi.rvalid & self.axi.rready):
+            m.d.sync += beat.eq(Mux(final, 0, beat + 1))
+            with m.If(self.axi.rresp != RESP_OKAY):
+                m.d.sync += self.error.eq(1)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += self.error.eq(0)
+        return m
+
+
+class ElementPacker(wiring.Component):
+    """Tagged beats in, elements of ``elem_bytes`` out, in order.
+
+    An element larger than a beat is gathered from consecutive whole beats;
+    a beat holding several elements yields them one per cycle, from ``lo``
+    to ``hi``.
+    """
+
+    def __init__(self, *, elem_bytes, bus_bytes):
+        self.elem_bytes, self.bus_bytes = elem_bytes, bus_bytes
+        super().__init__({
+            "beats": In(stream.Signature(data.StructLayout({
+                "data": bus_bytes * 8, "lo": range(bus_bytes), "hi": range(1, bus_bytes + 1),
+                "last": 1}))),
+            "elements": Out(stream.Signature(elem_bytes * 8)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        E, B = self.elem_bytes, self.bus_bytes
+        out = self.elements
+        if E >= B:
+            n = E // B
+            parts = Signal(E * 8 - B * 8) if n > 1 else None
+            count = Signal(range(n))
+            with m.If(out.valid & out.ready):
+                m.d.sync += out.valid.eq(0)
+            m.d.comb += self.beats.ready.eq(~out.valid | out.ready)
+            with m.If(self.beats.valid & self.beats.ready):
+                word = self.beats.payload.data
+                if n == 1:
+                    m.d.sync += [out.payload.eq(word), out.valid.eq(1)]
+                else:
+                    # Little-endian: the first beat holds the element's low bytes.
+                    m.d.sync += parts.eq(Cat(parts[B * 8:], word))
+                    with m.If(count == n - 1):
+                        m.d.sync += [out.payload.eq(Cat(parts, word)), out.valid.eq(1), count.eq(0)]
+                    with m.Else():
+                        m.d.sync += count.eq(count + 1)
+        else:
+            slots = B // E
+            word = Signal(B * 8)
+            slot = Signal(range(slots))
+            stop = Signal(range(slots + 1))
+            full = Signal()                      # a beat is held
+            shift = E.bit_length() - 1
+            m.d.comb += [
+                out.payload.eq(word.word_select(slot, E * 8)),
+                out.valid.eq(full),
+                self.beats.ready.eq(~full),
+            ]
+            with m.If(self.beats.valid & self.beats.ready):
+                m.d.sync += [word.eq(self.beats.payload.data), slot.eq(self.beats.payload.lo >> shift),
+                             stop.eq(self.beats.payload.hi >> shift), full.eq(1)]
+            with m.If(out.valid & out.ready):
+                with m.If(slot + 1 == stop):
+                    m.d.sync += full.eq(0)
+                with m.Else():
+                    m.d.sync += slot.eq(slot + 1)
+        return m
+
+
+class RowWriter(wiring.Component):
+    """Writes a 2D transfer from a stream of elements; ``busy`` until every B response is in.
+
+    Members
+    -------
+    cmd : In(stream.Signature(TransferLayout()))
+    elements : In(stream.Signature(elem_bytes * 8))
+        Exactly ``rows·row_bytes / elem_bytes`` elements, in order.
+    axi : Out(AxiWriteSignature)
+    busy : Out(1)
+    error : Out(1)
+        A write response of the current transfer was not OKAY.
+    """
+
+    def __init__(self, *, addr_width, data_width, elem_bytes, outstanding=4):
+        self.bus_bytes = data_width // 8
+        self.elem_bytes = elem_bytes
+        self.outstanding = outstanding
+        super().__init__({
+            "cmd": In(stream.Signature(TransferLayout())),
+            "elements": In(stream.Signature(elem_bytes * 8)),
+            "axi": Out(AxiWriteSignature(addr_width=addr_width, data_width=data_width)),
+            "busy": Out(1),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B, E = self.bus_bytes, self.elem_bytes
+        m.submodules.split = split = _BurstSplitter(bus_bytes=B)
+        m.submodules.pending = pending = fifo.SyncFIFOBuffered(
+            width=len(split.burst.payload.as_value()), depth=self.outstanding)
+        wiring.connect(m, wiring.flipped(self.cmd), split.cmd)
+        # Responses still to come: bursts whose address has been sent.
+        responses = Signal(range(2 * self.outstanding + 2))
+        aw_sent = self.axi.awvalid & self.axi.awready
+        b_taken = self.axi.bvalid & self.axi.bready
+        m.d.sync += responses.eq(responses + aw_sent - b_taken)
+        m.d.comb += [
+            pending.w_data.eq(split.burst.payload),
+            pending.w_en.eq(split.burst.valid),
+            split.burst.ready.eq(pending.w_rdy & (responses < self.outstanding)),
+            self.axi.awid.eq(0),
+            self.axi.awaddr.eq(split.request.payload.addr),
+            self.axi.awlen.eq(split.request.payload.beats - 1),
+            self.axi.awsize.eq(B.bit_length() - 1),
+            self.axi.awburst.eq(BURST_INCR),
+            self.axi.awvalid.eq(split.request.valid),
+            split.request.ready.eq(self.axi.awready),
+            self.axi.bready.eq(1),
+            self.busy.eq(split.busy | pending.r_rdy | (responses != 0)),
+        ]
+        with m.If(b_taken & (self.axi.bresp != RESP_OKAY)):
+            m.d.sync += self.error.eq(1)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += self.error.eq(0)
+
+        burst = data.View(_burst_layout(B), pending.r_data)
+        beat = Signal(range(MAX_BURST_BEATS))
+        first = beat == 0
+        final = beat == burst.beats - 1
+        lo = Mux(first, burst.lo, 0)
+        hi = Mux(final, burst.hi, B)
+        send = self.axi.wvalid & self.axi.wready
+        m.d.comb += [self.axi.wlast.eq(final), pending.r_en.eq(send & final)]
+        with m.If(send):
+            m.d.sync += beat.eq(Mux(final, 0, beat + 1))
+
+        if E >= B:
+            n = E // B
+            held = Signal(E * 8)
+            part = Signal(range(n))
+            have = Signal()
+            m.d.comb += [
+                self.axi.wdata.eq(held.word_select(part, B * 8) if n > 1 else held),
+                self.axi.wstrb.eq(2 ** B - 1),
+                self.axi.wvalid.eq(have & pending.r_rdy),
+                self.elements.ready.eq(~have),
+            ]
+            with m.If(self.elements.valid & self.elements.ready):
+                m.d.sync += [held.eq(self.elements.payload), have.eq(1), part.eq(0)]
+            with m.If(send):
+                with m.If(part == n - 1):
+                    m.d.sync += have.eq(0)
+                with m.Else():
+                    m.d.sync += part.eq(part + 1)
+        else:
+            slots = B // E
+            shift = E.bit_length() - 1
+            word = Signal(B * 8)
+            strobe = Signal(slots)
+            slot = Signal(range(slots + 1))      # next slot to fill in this beat
+            filled = Signal()                    # the beat is complete and waits for W
+            start_slot = lo >> shift
+            stop_slot = hi >> shift
+            current = Mux(slot < start_slot, start_slot, slot)
+            m.d.comb += [
+                self.axi.wdata.eq(word),
+                self.axi.wstrb.eq(Cat(s.replicate(E) for s in strobe)),
+                self.axi.wvalid.eq(filled),
+                self.elements.ready.eq(~filled & pending.r_rdy),
+            ]
+            with m.If(self.elements.valid & self.elements.ready):
+                m.d.sync += [word.word_select(current, E * 8).eq(self.elements.payload),
+                             strobe.bit_select(current, 1).eq(1)]
+                with m.If(current + 1 == stop_slot):
+                    m.d.sync += [filled.eq(1), slot.eq(0)]
+                with m.Else():
+                    m.d.sync += slot.eq(current + 1)
+            with m.If(send):
+                m.d.sync += [filled.eq(0), strobe.eq(0)]
+        return m

@@ -1,0 +1,145 @@
+"""Fetch: instructions from DRAM to the three command queues, in order.
+
+Instructions are read in chunks into a local buffer, and a chunk is only
+requested when the buffer has room for all of it: fetch never stalls the
+shared read channel, however full the command queues get (a stalled R
+channel would starve the very units that empty them). The decoder checks
+each instruction as :func:`tilewright.isa.fetch_error` does and routes it
+by stream.
+"""
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from tilewright import isa
+from tilewright.isa import AluOp, ErrorCode, MemType, Opcode
+
+from .axi import AxiReadSignature
+from .dma import ElementPacker, RowReader
+from .sequencer import CommandLayout
+
+__all__ = ["Fetch"]
+
+CHUNK = 16      # instructions per read request
+
+
+class Fetch(wiring.Component):
+    """Reads ``count`` instructions from byte address ``addr`` and dispatches them.
+
+    Members
+    -------
+    start : In(1)
+        Begin fetching (one-cycle pulse); ``addr`` and ``count`` are sampled.
+    addr, count : In(32)
+    load, compute, store : Out(stream.Signature(CommandLayout()))
+        The command queues.
+    axi : Out(AxiReadSignature)
+    halt : In(1)
+        Stop dispatching.
+    fault : Out(1)
+        One-cycle pulse: the instruction at ``index`` is illegal (``error``).
+    error : Out(4)
+    index : Out(32)
+        Index of the next instruction to dispatch.
+    done : Out(1)
+        Every instruction has been dispatched.
+    stalled : Out(1)
+        Nothing in flight and the next instruction's queue is full.
+    dispatched : Out(1)
+        One-cycle pulse: an instruction left for its queue.
+    busy : Out(1)
+        A read is in flight.
+    """
+
+    def __init__(self, cfg, *, addr_width):
+        self.cfg = cfg
+        self.addr_width = addr_width
+        cmd = Out(stream.Signature(CommandLayout()))
+        super().__init__({
+            "start": In(1), "addr": In(32), "count": In(32),
+            "load": cmd, "compute": cmd, "store": cmd,
+            "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=cfg.dram_bus_width)),
+            "halt": In(1),
+            "fault": Out(1), "error": Out(4), "index": Out(32),
+            "done": Out(1), "stalled": Out(1), "dispatched": Out(1), "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.cfg
+        m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=c.dram_bus_width)
+        m.submodules.packer = packer = ElementPacker(elem_bytes=isa.INSN_BYTES, bus_bytes=c.dram_bus_width // 8)
+        m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(width=isa.INSN_BITS, depth=2 * CHUNK)
+        wiring.connect(m, reader.beats, packer.beats)
+        wiring.connect(m, reader.axi, wiring.flipped(self.axi))
+        m.d.comb += [buffer.w_data.eq(packer.elements.payload), buffer.w_en.eq(packer.elements.valid),
+                     packer.elements.ready.eq(1)]
+
+        base = Signal(32)
+        count = Signal(32)
+        requested = Signal(32)         # instructions asked of DRAM so far
+        arriving = Signal(range(CHUNK + 1))   # asked for but not yet in the buffer
+        running = Signal()
+        chunk = Signal(range(CHUNK + 1))
+        m.d.comb += chunk.eq(Mux(count - requested >= CHUNK, CHUNK, count - requested))
+        ask = running & (requested != count) & (arriving == 0) & (buffer.level <= buffer.depth - CHUNK) & ~self.halt
+        m.d.comb += [
+            reader.cmd.valid.eq(ask),
+            reader.cmd.payload.addr.eq(base + requested * isa.INSN_BYTES),
+            reader.cmd.payload.row_bytes.eq(chunk * isa.INSN_BYTES),
+            reader.cmd.payload.stride.eq(0),
+            reader.cmd.payload.rows.eq(1),
+        ]
+        arrived = buffer.w_en & buffer.w_rdy
+        with m.If(ask & reader.cmd.ready):
+            m.d.sync += [requested.eq(requested + chunk), arriving.eq(chunk - arrived)]
+        with m.Elif(arrived):
+            m.d.sync += arriving.eq(arriving - 1)
+
+        # -- decode and dispatch --------------------------------------------------
+        word = buffer.r_data
+        layouts = isa.instruction_layouts(c)
+        header = data.View(layouts["header"], word)
+        mem = data.View(layouts[Opcode.LOAD], word).memory_type
+        alu_op = data.View(layouts[Opcode.ALU], word).alu_op
+        opcode = header.opcode
+        to_load = (opcode == Opcode.LOAD) & ((mem == MemType.INP) | (mem == MemType.WGT))
+        to_store = opcode == Opcode.STORE
+        to_compute = ~to_load & ~to_store
+        load_mem_ok = (mem == MemType.UOP) | (mem == MemType.WGT) | (mem == MemType.INP) \
+            | (mem == MemType.ACC) | (mem == MemType.ACC8)
+        error = Signal(4)
+        with m.If(opcode > max(Opcode)):
+            m.d.comb += error.eq(ErrorCode.ILLEGAL_OPCODE)
+        with m.Elif(((opcode == Opcode.LOAD) & ~load_mem_ok) | (to_store & (mem != MemType.OUT))):
+            m.d.comb += error.eq(ErrorCode.ILLEGAL_MEMORY_TYPE)
+        with m.Elif((opcode == Opcode.ALU) & (alu_op > max(AluOp))):
+            m.d.comb += error.eq(ErrorCode.ILLEGAL_ALU_OP)
+        with m.Elif((to_load & (header.pop_prev | header.push_prev))
+                    | (to_store & (header.pop_next | header.push_next))):
+            m.d.comb += error.eq(ErrorCode.ILLEGAL_DEPENDENCY)
+
+        for queue, selected in ((self.load, to_load), (self.compute, to_compute), (self.store, to_store)):
+            m.d.comb += [queue.payload.insn.eq(word), queue.payload.index.eq(self.index),
+                         queue.valid.eq(running & buffer.r_rdy & selected & (error == 0) & ~self.halt)]
+        target_ready = Mux(to_load, self.load.ready, Mux(to_store, self.store.ready, self.compute.ready))
+        go = running & buffer.r_rdy & (error == 0) & ~self.halt & target_ready
+        m.d.comb += [
+            buffer.r_en.eq(go),
+            self.dispatched.eq(go),
+            self.fault.eq(running & buffer.r_rdy & (error != 0) & ~self.halt),
+            self.error.eq(Mux(self.fault, error, 0)),
+            self.done.eq(running & (self.index == count)),
+            self.busy.eq(reader.busy | (arriving != 0)),
+            self.stalled.eq(running & buffer.r_rdy & (error == 0) & ~target_ready & (arriving == 0)
+                            & ~reader.busy),
+        ]
+        with m.If(go):
+            m.d.sync += self.index.eq(self.index + 1)
+        with m.If(self.fault):
+            m.d.sync += running.eq(0)
+        with m.If(self.start):
+            m.d.sync += [base.eq(self.addr), count.eq(self.count), requested.eq(0), arriving.eq(0),
+                         self.index.eq(0), running.eq(1)]
+        return m

@@ -1,0 +1,127 @@
+"""The AXI4-Lite register file: control, status, program address, counters.
+
+:data:`REGISTERS` is the one register map: the RTL, the runtime drivers and
+``docs/registers.md`` (generated, checked by a test) all read it.
+"""
+
+from dataclasses import dataclass
+
+from amaranth import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import AxiLiteSignature
+
+__all__ = ["Register", "REGISTERS", "COUNTERS", "RegisterFile", "ADDR_WIDTH", "register_table"]
+
+ADDR_WIDTH = 8
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    offset: int
+    access: str      # "rw", "r", "w"
+    doc: str
+
+
+_CONTROL = [
+    Register("control", 0x00, "w", "bit 0: start a run (clears status and counters)"),
+    Register("status", 0x04, "r", "bit 0 busy, bit 1 done, bits 11:8 error code (ErrorCode)"),
+    Register("insn_addr", 0x08, "rw", "byte address of the first instruction"),
+    Register("insn_count", 0x0C, "rw", "number of instructions"),
+    Register("error_index", 0x10, "r", "index of the instruction that stopped the run with an error"),
+    Register("fingerprint", 0x14, "r", "low 32 bits of the config fingerprint"),
+]
+
+#: Counters of the last run, all 32 bits wide (wrapping), from 0x20 up.
+COUNTERS = [
+    ("cycles", "cycles from start to done"),
+    ("gemm_busy", "cycles a GEMM instruction was executing"),
+    ("alu_busy", "cycles an ALU instruction was executing"),
+    ("load_busy", "cycles the load stream's DMA was executing"),
+    ("store_busy", "cycles the store stream's DMA was executing"),
+    ("load_wait_c2l", "cycles load waited for a c2l token"),
+    ("load_wait_l2c", "cycles load waited for room in l2c"),
+    ("compute_wait_l2c", "cycles compute waited for an l2c token"),
+    ("compute_wait_s2c", "cycles compute waited for an s2c token"),
+    ("compute_wait_c2l", "cycles compute waited for room in c2l"),
+    ("compute_wait_c2s", "cycles compute waited for room in c2s"),
+    ("store_wait_c2s", "cycles store waited for a c2s token"),
+    ("store_wait_s2c", "cycles store waited for room in s2c"),
+    ("read_insn", "DRAM bytes read as instructions"),
+    ("read_uop", "DRAM bytes read by LOAD UOP"),
+    ("read_inp", "DRAM bytes read by LOAD INP"),
+    ("read_wgt", "DRAM bytes read by LOAD WGT"),
+    ("read_acc", "DRAM bytes read by LOAD ACC"),
+    ("read_acc8", "DRAM bytes read by LOAD ACC8"),
+    ("write_out", "DRAM bytes written by STORE"),
+    ("gemm_uops", "GEMM micro-ops executed (reset included)"),
+    ("alu_uops", "ALU micro-ops executed"),
+    ("insns_load", "instructions retired by the load stream"),
+    ("insns_compute", "instructions retired by the compute stream"),
+    ("insns_store", "instructions retired by the store stream"),
+]
+
+REGISTERS = _CONTROL + [Register(name, 0x20 + 4 * k, "r", doc) for k, (name, doc) in enumerate(COUNTERS)]
+
+
+def register_table():
+    """Markdown table of :data:`REGISTERS`."""
+    rows = ["| offset | name | access | meaning |", "|---|---|---|---|"]
+    rows += [f"| 0x{r.offset:02X} | `{r.name}` | {r.access} | {r.doc} |" for r in REGISTERS]
+    return "\n".join(rows) + "\n"
+
+
+class RegisterFile(wiring.Component):
+    """AXI4-Lite subordinate over :data:`REGISTERS`.
+
+    Members
+    -------
+    bus : In(AxiLiteSignature)
+    start : Out(1)
+        One-cycle pulse on a write of 1 to ``control`` bit 0.
+    insn_addr, insn_count : Out(32)
+    status, error_index, fingerprint : In(32)
+    counters : In(32) each, named as in :data:`COUNTERS`
+    """
+
+    def __init__(self):
+        members = {"bus": In(AxiLiteSignature(addr_width=ADDR_WIDTH)), "start": Out(1),
+                   "insn_addr": Out(32), "insn_count": Out(32),
+                   "status": In(32), "error_index": In(32), "fingerprint": In(32)}
+        members.update({name: In(32) for name, _ in COUNTERS})
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        # Writes: take AW and W together, answer on B.
+        b_pending = Signal()
+        take_write = bus.awvalid & bus.wvalid & ~b_pending
+        m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write), bus.bvalid.eq(b_pending),
+                     bus.bresp.eq(0)]
+        with m.If(bus.bvalid & bus.bready):
+            m.d.sync += b_pending.eq(0)
+        with m.If(take_write):
+            m.d.sync += b_pending.eq(1)
+            with m.Switch(bus.awaddr[2:]):
+                with m.Case(0x00 >> 2):
+                    m.d.comb += self.start.eq(bus.wdata[0] & bus.wstrb[0])
+                with m.Case(0x08 >> 2):
+                    m.d.sync += self.insn_addr.eq(bus.wdata)
+                with m.Case(0x0C >> 2):
+                    m.d.sync += self.insn_count.eq(bus.wdata)
+        # Reads: one register per request, answered the next cycle.
+        r_pending = Signal()
+        m.d.comb += [bus.arready.eq(~r_pending), bus.rvalid.eq(r_pending), bus.rresp.eq(0)]
+        with m.If(bus.rvalid & bus.rready):
+            m.d.sync += r_pending.eq(0)
+        with m.If(bus.arvalid & bus.arready):
+            m.d.sync += [r_pending.eq(1), bus.rdata.eq(0)]
+            with m.Switch(bus.araddr[2:]):
+                for reg in REGISTERS:
+                    if "r" in reg.access:
+                        with m.Case(reg.offset >> 2):
+                            m.d.sync += bus.rdata.eq(getattr(self, reg.name))
+        return m

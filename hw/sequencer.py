@@ -1,0 +1,128 @@
+"""The in-order instruction sequencer every stream shares.
+
+A stream takes its next instruction from its command queue, pops the
+dependency tokens the instruction asks for (waiting while a queue is
+empty), lets an executor run it, then pushes tokens (waiting while a queue
+is full). Executors see only ``start`` / ``done`` / ``error``.
+"""
+
+from amaranth import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from tilewright.isa import INSN_BITS
+
+__all__ = ["CommandLayout", "TokenPort", "Sequencer"]
+
+INDEX_BITS = 32
+
+
+def CommandLayout():
+    """A command-queue entry: the instruction word and its index in the program."""
+    return data.StructLayout({"insn": INSN_BITS, "index": INDEX_BITS})
+
+
+class TokenPort(wiring.Signature):
+    """One side of a token queue as a stream sees it: ``pop``/``push`` and readiness."""
+
+    def __init__(self):
+        super().__init__({"pop": Out(1), "pop_ready": In(1), "push": Out(1), "push_ready": In(1)})
+
+
+class Sequencer(wiring.Component):
+    """Pops, starts, waits, pushes: one instruction at a time.
+
+    Members
+    -------
+    cmd : In(stream.Signature(CommandLayout()))
+    insn : Out(header layout)
+        The current instruction (whole word), stable from ``start`` to ``done``.
+    index : Out(32)
+        Its index in the program.
+    start : Out(1)
+        One-cycle pulse: the executor begins ``insn``.
+    done : In(1)
+        The executor has finished (with ``error``, 0 for none).
+    error : In(4)
+    prev, next : Out(TokenPort())
+        The token queues towards the previous and next stage (unused ones
+        are left unconnected: their ``*_ready`` inputs stay 0, and the
+        fetch stage rejects instructions that would use them).
+    halt : In(1)
+        Stop taking instructions (after an error elsewhere).
+    fault : Out(1)
+        One-cycle pulse: the executor reported ``error`` for ``index``.
+    blocked : Out(1)
+        Waiting for a token or room, or idle with nothing queued.
+    busy : Out(1)
+        An instruction is between being taken and retiring.
+    executing : Out(1)
+        The executor is running the instruction.
+    wait_pop_prev, wait_pop_next, wait_push_prev, wait_push_next : Out(1)
+        This cycle is spent waiting on that queue.
+    retired : Out(1)
+        One-cycle pulse: an instruction completed without error.
+    """
+
+    def __init__(self, *, insn_layout):
+        self.insn_layout = insn_layout
+        super().__init__({
+            "cmd": In(stream.Signature(CommandLayout())),
+            "insn": Out(insn_layout),
+            "index": Out(INDEX_BITS),
+            "start": Out(1),
+            "done": In(1),
+            "error": In(4),
+            "prev": Out(TokenPort()),
+            "next": Out(TokenPort()),
+            "halt": In(1),
+            "fault": Out(1),
+            "blocked": Out(1),
+            "busy": Out(1),
+            "executing": Out(1),
+            "wait_pop_prev": Out(1), "wait_pop_next": Out(1),
+            "wait_push_prev": Out(1), "wait_push_next": Out(1),
+            "retired": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        h = self.insn
+        pops_ready = (~h.pop_prev | self.prev.pop_ready) & (~h.pop_next | self.next.pop_ready)
+        pushes_ready = (~h.push_prev | self.prev.push_ready) & (~h.push_next | self.next.push_ready)
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += [self.cmd.ready.eq(~self.halt), self.blocked.eq(~self.cmd.valid)]
+                with m.If(self.cmd.valid & ~self.halt):
+                    m.d.sync += [self.insn.eq(self.cmd.payload.insn), self.index.eq(self.cmd.payload.index)]
+                    m.next = "POP"
+            with m.State("POP"):
+                m.d.comb += [
+                    self.busy.eq(1),
+                    self.blocked.eq(~pops_ready),
+                    self.wait_pop_prev.eq(h.pop_prev & ~self.prev.pop_ready),
+                    self.wait_pop_next.eq(h.pop_next & ~self.next.pop_ready),
+                ]
+                with m.If(pops_ready & ~self.halt):
+                    m.d.comb += [self.prev.pop.eq(h.pop_prev), self.next.pop.eq(h.pop_next), self.start.eq(1)]
+                    m.next = "EXECUTE"
+            with m.State("EXECUTE"):
+                m.d.comb += [self.busy.eq(1), self.executing.eq(1)]
+                with m.If(self.done):
+                    with m.If(self.error != 0):
+                        m.d.comb += self.fault.eq(1)
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "PUSH"
+            with m.State("PUSH"):
+                m.d.comb += [
+                    self.busy.eq(1),
+                    self.blocked.eq(~pushes_ready),
+                    self.wait_push_prev.eq(h.push_prev & ~self.prev.push_ready),
+                    self.wait_push_next.eq(h.push_next & ~self.next.push_ready),
+                ]
+                with m.If(pushes_ready):
+                    m.d.comb += [self.prev.push.eq(h.push_prev), self.next.push.eq(h.push_next),
+                                 self.retired.eq(1)]
+                    m.next = "IDLE"
+        return m

@@ -1,0 +1,125 @@
+"""The store stream: STORE OUT, from the output SRAM to DRAM."""
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.memory import ReadPort
+from amaranth.lib.wiring import In, Out
+
+from tilewright import isa
+from tilewright.isa import ErrorCode, Opcode
+
+from .axi import AxiWriteSignature
+from .dma import RowWriter
+from .sequencer import CommandLayout, Sequencer, TokenPort
+from .sram import addr_bits, sram_shape
+
+__all__ = ["StoreUnit"]
+
+
+class StoreUnit(wiring.Component):
+    """Sequencer plus the STORE executor.
+
+    Reads ``y_size·x_size`` consecutive OUT entries from ``sram_base`` (one per
+    cycle, through a small FIFO that hides the SRAM latency) into a
+    :class:`RowWriter`; retires when every write response is in.
+
+    Members
+    -------
+    cmd : In(stream of CommandLayout)
+    prev : Out(TokenPort)   (c2s pops, s2c pushes)
+    out_read : In(ReadPort.Signature)
+    axi : Out(AxiWriteSignature)
+    halt, fault, error, index, status and counter outputs as in the other units
+    """
+
+    def __init__(self, cfg, *, addr_width):
+        self.cfg = cfg
+        self.addr_width = addr_width
+        super().__init__({
+            "cmd": In(stream.Signature(CommandLayout())),
+            "prev": Out(TokenPort()),
+            "out_read": In(ReadPort.Signature(addr_width=addr_bits(cfg, "out"), shape=sram_shape(cfg, "out"))),
+            "axi": Out(AxiWriteSignature(addr_width=addr_width, data_width=cfg.dram_bus_width)),
+            "halt": In(1),
+            "fault": Out(1), "error": Out(4), "index": Out(32),
+            "busy": Out(1), "blocked": Out(1), "retired": Out(1), "dma_busy": Out(1),
+            "wait_pop_prev": Out(1), "wait_push_prev": Out(1),
+            "bytes_out": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.cfg
+        E = c.elem_bytes("out")
+        shift = E.bit_length() - 1
+        layouts = isa.instruction_layouts(c)
+        m.submodules.seq = seq = Sequencer(insn_layout=layouts["header"])
+        m.submodules.writer = writer = RowWriter(addr_width=self.addr_width, data_width=c.dram_bus_width,
+                                                 elem_bytes=E)
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=E * 8, depth=4)
+        wiring.connect(m, wiring.flipped(self.cmd), seq.cmd)
+        wiring.connect(m, seq.prev, wiring.flipped(self.prev))
+        wiring.connect(m, writer.axi, wiring.flipped(self.axi))
+
+        insn = Signal(layouts[Opcode.STORE])
+        count = Signal(32)
+        m.d.comb += count.eq(insn.y_size * insn.x_size)
+        dram_end = Signal(64)
+        m.d.comb += dram_end.eq((insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) << shift)
+        m.d.comb += [
+            writer.cmd.payload.addr.eq(insn.dram_base << shift),
+            writer.cmd.payload.row_bytes.eq(insn.x_size << shift),
+            writer.cmd.payload.stride.eq(insn.x_stride << shift),
+            writer.cmd.payload.rows.eq(insn.y_size),
+            writer.elements.payload.eq(queue.r_data),
+            writer.elements.valid.eq(queue.r_rdy),
+            queue.r_en.eq(writer.elements.ready),
+        ]
+        # SRAM reads feed the FIFO; one read is in flight for a cycle.
+        addr = Signal(addr_bits(c, "out") + 1)
+        left = Signal(32)
+        in_flight = Signal()
+        issue = Signal()
+        m.d.comb += [self.out_read.addr.eq(addr), self.out_read.en.eq(1),
+                     queue.w_data.eq(self.out_read.data), queue.w_en.eq(in_flight)]
+        m.d.sync += in_flight.eq(issue)
+        with m.If(issue):
+            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+
+        done = Signal()
+        error = Signal(4)
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(seq.start):
+                    m.d.sync += insn.eq(seq.insn.as_value())
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.sync += [addr.eq(insn.sram_base), left.eq(count)]
+                with m.If((insn.x_size == 0) | (insn.y_size == 0)):
+                    m.d.comb += done.eq(1)
+                    m.next = "IDLE"
+                with m.Elif(insn.sram_base + count > c.acc_depth):
+                    m.d.comb += [done.eq(1), error.eq(ErrorCode.SRAM_RANGE)]
+                    m.next = "IDLE"
+                with m.Elif(dram_end > (1 << self.addr_width)):
+                    m.d.comb += [done.eq(1), error.eq(ErrorCode.BUS_ERROR)]
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += writer.cmd.valid.eq(1)
+                    m.next = "STREAM"
+            with m.State("STREAM"):
+                # Room for the read in flight and the one issued now.
+                m.d.comb += issue.eq((left != 0) & (queue.level + in_flight + 1 <= queue.depth))
+                with m.If((left == 0) & ~in_flight & ~queue.r_rdy & ~writer.busy):
+                    m.d.comb += [done.eq(1), error.eq(Mux(writer.error, ErrorCode.BUS_ERROR, 0))]
+                    m.next = "IDLE"
+
+        m.d.comb += [
+            seq.done.eq(done), seq.error.eq(error), seq.halt.eq(self.halt),
+            self.fault.eq(seq.fault), self.error.eq(Mux(seq.fault, error, 0)), self.index.eq(seq.index),
+            self.busy.eq(seq.busy), self.blocked.eq(seq.blocked), self.retired.eq(seq.retired),
+            self.dma_busy.eq(seq.executing),
+            self.wait_pop_prev.eq(seq.wait_pop_prev), self.wait_push_prev.eq(seq.wait_push_prev),
+            self.bytes_out.eq(Mux(seq.retired, count << shift, 0)),
+        ]
+        return m

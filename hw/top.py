@@ -1,0 +1,275 @@
+"""The accelerator: fetch, load, compute and store joined by token queues.
+
+:class:`Accelerator` is the top level a user simulates or synthesises: an
+AXI4 manager to DRAM (``m_axi``), an AXI4-Lite register file for the host
+(``s_axil``, map in :mod:`tilewright.hw.regs`) and an interrupt that is high
+while a run is done.
+
+A write of 1 to ``control`` resets the datapath for one cycle (command and
+token queues, sequencers; SRAM contents persist, as in the functional
+simulator) and starts fetching. The run ends when FINISH retires or an
+error stops it; ``done`` rises only once no AXI transaction is in flight,
+so the next run starts from a quiet bus.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import ResetInserter
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from tilewright import isa
+from tilewright.isa import ErrorCode
+
+from .arbiter import ReadArbiter
+from .axi import AxiLiteSignature, AxiSignature
+from .compute import ComputeUnit
+from .fetch import Fetch
+from .load import LoadUnit
+from .regs import ADDR_WIDTH, COUNTERS, RegisterFile
+from .sequencer import CommandLayout
+from .sram import sram_shape
+from .store import StoreUnit
+from .token_queue import TokenQueue
+
+__all__ = ["Accelerator", "Datapath"]
+
+#: Cycles every stream must stay blocked before the run is declared deadlocked.
+DEADLOCK_CYCLES = 8
+
+
+class _CommandQueue(wiring.Component):
+    """A command FIFO as a stream pass-through."""
+
+    def __init__(self, depth):
+        self.depth = depth
+        super().__init__({"w": In(stream.Signature(CommandLayout())), "r": Out(stream.Signature(CommandLayout())),
+                          "empty": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fifo = q = fifo.SyncFIFOBuffered(width=len(self.w.payload.as_value()), depth=self.depth)
+        m.d.comb += [q.w_data.eq(self.w.payload), q.w_en.eq(self.w.valid), self.w.ready.eq(q.w_rdy),
+                     self.r.payload.eq(q.r_data), self.r.valid.eq(q.r_rdy), q.r_en.eq(self.r.ready),
+                     self.empty.eq(q.level == 0)]
+        return m
+
+
+class Datapath(wiring.Component):
+    """Everything that one run uses; reset at the start of each run.
+
+    Members
+    -------
+    start : In(1)
+        Begin fetching ``insn_count`` instructions at ``insn_addr``.
+    insn_addr, insn_count : In(32)
+    axi : Out(AxiSignature)
+    error : Out(4), error_index : Out(32), fault : Out(1)
+        The first error of the run (``fault`` pulses once).
+    finished : Out(1)
+        FINISH retired.
+    quiet : Out(1)
+        No instruction executing and no AXI transaction in flight.
+    events : Out(one bit or count per counter)
+        Per-cycle increments for the counters in :data:`~tilewright.hw.regs.COUNTERS`.
+    """
+
+    def __init__(self, cfg, *, addr_width):
+        self.cfg, self.addr_width = cfg, addr_width
+        self.read_clients = ("fetch", "inp", "wgt", "uop", "acc", "acc8")
+        members = {
+            "start": In(1), "insn_addr": In(32), "insn_count": In(32),
+            "axi": Out(AxiSignature(addr_width=addr_width, data_width=cfg.dram_bus_width,
+                                    id_width=max(1, (len(self.read_clients) - 1).bit_length()))),
+            "fault": Out(1), "error": Out(4), "error_index": Out(32),
+            "finished": Out(1), "quiet": Out(1),
+        }
+        members.update({f"event_{name}": Out(32) for name, _ in COUNTERS if name != "cycles"})
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        c, aw = self.cfg, self.addr_width
+        m.submodules.fetch = fetch = Fetch(c, addr_width=aw)
+        m.submodules.load = load = LoadUnit(c, addr_width=aw)
+        m.submodules.compute = compute = ComputeUnit(c, addr_width=aw)
+        m.submodules.store = store = StoreUnit(c, addr_width=aw)
+        queues = {}
+        for name in ("load", "compute", "store"):
+            queues[name] = m.submodules[f"{name}_queue"] = _CommandQueue(c.cmd_queue_depth)
+        wiring.connect(m, fetch.load, queues["load"].w)
+        wiring.connect(m, fetch.compute, queues["compute"].w)
+        wiring.connect(m, fetch.store, queues["store"].w)
+        wiring.connect(m, queues["load"].r, load.cmd)
+        wiring.connect(m, queues["compute"].r, compute.cmd)
+        wiring.connect(m, queues["store"].r, store.cmd)
+
+        # -- token queues: l2c, c2l, c2s, s2c ---------------------------------------
+        tokens = {q: TokenQueue(depth=c.token_queue_depth) for q in isa.Queue}
+        for q, tq in tokens.items():
+            m.submodules[f"tokens_{q.name.lower()}"] = tq
+        self._join(m, producer=load.next, consumer=compute.prev, queue=tokens[isa.Queue.L2C])
+        self._join(m, producer=compute.prev, consumer=load.next, queue=tokens[isa.Queue.C2L])
+        self._join(m, producer=compute.next, consumer=store.prev, queue=tokens[isa.Queue.C2S])
+        self._join(m, producer=store.prev, consumer=compute.next, queue=tokens[isa.Queue.S2C])
+
+        # -- SRAMs shared between streams ---------------------------------------------
+        m.submodules.inp_mem = inp_mem = Memory(shape=sram_shape(c, "inp"), depth=c.inp_depth, init=[])
+        m.submodules.wgt_mem = wgt_mem = Memory(shape=sram_shape(c, "wgt"), depth=c.wgt_depth, init=[])
+        m.submodules.out_mem = out_mem = Memory(shape=sram_shape(c, "out"), depth=c.acc_depth, init=[])
+        wiring.connect(m, load.inp_write, inp_mem.write_port())
+        wiring.connect(m, load.wgt_write, wgt_mem.write_port())
+        wiring.connect(m, compute.inp_read, inp_mem.read_port())
+        wiring.connect(m, compute.wgt_read, wgt_mem.read_port())
+        wiring.connect(m, compute.out_write, out_mem.write_port())
+        wiring.connect(m, store.out_read, out_mem.read_port())
+
+        # -- AXI: six readers share AR/R, the store stream owns AW/W/B ------------------
+        m.submodules.arbiter = arbiter = ReadArbiter(count=len(self.read_clients), addr_width=aw,
+                                                     data_width=c.dram_bus_width)
+        readers = {"fetch": fetch.axi, "inp": load.axi_inp, "wgt": load.axi_wgt, "uop": compute.axi_uop,
+                   "acc": compute.axi_acc, "acc8": compute.axi_acc8}
+        for k, name in enumerate(self.read_clients):
+            wiring.connect(m, readers[name], arbiter.clients()[k])
+        for member in arbiter.bus.signature.members:
+            if arbiter.bus.signature.members[member].flow == wiring.Out:
+                m.d.comb += getattr(self.axi, member).eq(getattr(arbiter.bus, member))
+            else:
+                m.d.comb += getattr(arbiter.bus, member).eq(getattr(self.axi, member))
+        for member, port in store.axi.signature.members.items():
+            if member in ("awid",):
+                continue
+            if port.flow == wiring.Out:
+                m.d.comb += getattr(self.axi, member).eq(getattr(store.axi, member))
+            else:
+                m.d.comb += getattr(store.axi, member).eq(getattr(self.axi, member))
+        m.d.comb += self.axi.awid.eq(0)
+
+        # -- errors: the first one wins and halts every stream -------------------------
+        halt = Signal()
+        m.d.comb += [fetch.halt.eq(halt), load.halt.eq(halt), compute.halt.eq(halt), store.halt.eq(halt)]
+        sources = [(fetch.fault, fetch.error, fetch.index), (load.fault, load.error, load.index),
+                   (compute.fault, compute.error, compute.index), (store.fault, store.error, store.index)]
+        # Deadlock / end without FINISH: every stream quiet for several cycles.
+        streams_blocked = load.blocked & compute.blocked & store.blocked
+        fetch_blocked = fetch.done | fetch.stalled
+        stuck = Signal(range(DEADLOCK_CYCLES + 1))
+        with m.If(streams_blocked & fetch_blocked & ~halt & ~self.finished):
+            m.d.sync += stuck.eq(stuck + 1)
+        with m.Else():
+            m.d.sync += stuck.eq(0)
+        all_empty = queues["load"].empty & queues["compute"].empty & queues["store"].empty
+        ended = fetch.done & all_empty
+        sources.append((stuck == DEADLOCK_CYCLES, Mux(ended, ErrorCode.PROTOCOL, ErrorCode.DEADLOCK),
+                        Mux(ended, fetch.index, compute.index)))
+        for fault, error, index in reversed(sources):     # the first listed wins a tie
+            with m.If(fault & ~halt):
+                m.d.sync += [self.error.eq(error), self.error_index.eq(index), halt.eq(1)]
+                m.d.comb += self.fault.eq(1)
+
+        # FINISH is legal when nothing else is left: tokens, other streams, instructions.
+        tokens_clear = Cat(tq.count == 0 for tq in tokens.values()).all()
+        m.d.comb += compute.protocol_ok.eq(
+            tokens_clear & ~load.busy & ~store.busy & queues["load"].empty & queues["store"].empty
+            & fetch.done & (compute.index == self.insn_count - 1))
+        with m.If(compute.finished):
+            m.d.sync += self.finished.eq(1)
+
+        # -- quiet bus -----------------------------------------------------------------
+        beats_due = Signal(32)
+        m.d.sync += beats_due.eq(beats_due
+                                 + Mux(self.axi.arvalid & self.axi.arready, self.axi.arlen + 1, 0)
+                                 - (self.axi.rvalid & self.axi.rready))
+        m.d.comb += self.quiet.eq((beats_due == 0) & ~fetch.busy & ~load.dma_busy & ~compute.executing
+                                  & ~store.dma_busy)
+
+        # -- fetch control and counter events -----------------------------------------
+        m.d.comb += [fetch.start.eq(self.start), fetch.addr.eq(self.insn_addr), fetch.count.eq(self.insn_count)]
+        events = {
+            "gemm_busy": compute.gemm_busy, "alu_busy": compute.alu_busy,
+            "load_busy": load.dma_busy, "store_busy": store.dma_busy,
+            "load_wait_c2l": load.wait_pop_next, "load_wait_l2c": load.wait_push_next,
+            "compute_wait_l2c": compute.wait_pop_prev, "compute_wait_s2c": compute.wait_pop_next,
+            "compute_wait_c2l": compute.wait_push_prev, "compute_wait_c2s": compute.wait_push_next,
+            "store_wait_c2s": store.wait_pop_prev, "store_wait_s2c": store.wait_push_prev,
+            "read_insn": Mux(fetch.dispatched, isa.INSN_BYTES, 0),
+            "read_uop": compute.bytes_uop, "read_inp": load.bytes_inp, "read_wgt": load.bytes_wgt,
+            "read_acc": compute.bytes_acc, "read_acc8": compute.bytes_acc8, "write_out": store.bytes_out,
+            "gemm_uops": compute.retire_gemm, "alu_uops": compute.retire_alu,
+            "insns_load": load.retired, "insns_compute": compute.retired, "insns_store": store.retired,
+        }
+        for name, value in events.items():
+            m.d.comb += getattr(self, f"event_{name}").eq(value)
+        return m
+
+    @staticmethod
+    def _join(m, *, producer, consumer, queue):
+        """``producer`` pushes into ``queue``, ``consumer`` pops from it."""
+        m.d.comb += [queue.push.eq(producer.push), producer.push_ready.eq(queue.push_ready),
+                     queue.pop.eq(consumer.pop), consumer.pop_ready.eq(queue.pop_ready)]
+
+
+class Accelerator(wiring.Component):
+    """The whole accelerator for one :class:`~tilewright.config.HwConfig`.
+
+    Members
+    -------
+    m_axi : Out(AxiSignature)
+        DRAM: byte addresses, ``dram_bus_width`` data, IDs per reader.
+    s_axil : In(AxiLiteSignature)
+        Host registers (:data:`~tilewright.hw.regs.REGISTERS`).
+    irq : Out(1)
+        High while the last run is done.
+    """
+
+    def __init__(self, cfg, *, addr_width=32):
+        self.cfg, self.addr_width = cfg, addr_width
+        super().__init__({
+            "m_axi": Out(AxiSignature(addr_width=addr_width, data_width=cfg.dram_bus_width, id_width=3)),
+            "s_axil": In(AxiLiteSignature(addr_width=ADDR_WIDTH)),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.regs = regs = RegisterFile()
+        wiring.connect(m, wiring.flipped(self.s_axil), regs.bus)
+        start = regs.start
+        # Reset the datapath in the start cycle, start it in the next.
+        m.submodules.datapath = datapath = ResetInserter(start)(Datapath(self.cfg, addr_width=self.addr_width))
+        go = Signal()
+        m.d.sync += go.eq(start)
+        m.d.comb += [datapath.start.eq(go), datapath.insn_addr.eq(regs.insn_addr),
+                     datapath.insn_count.eq(regs.insn_count)]
+        for member, port in datapath.axi.signature.members.items():
+            if port.flow == wiring.Out:
+                m.d.comb += getattr(self.m_axi, member).eq(getattr(datapath.axi, member))
+            else:
+                m.d.comb += getattr(datapath.axi, member).eq(getattr(self.m_axi, member))
+
+        busy = Signal()
+        done = Signal()
+        ending = Signal()       # finished or failed, waiting for the bus to go quiet
+        with m.If(start):
+            m.d.sync += [busy.eq(1), done.eq(0), ending.eq(0)]
+        with m.Elif(busy):
+            with m.If(datapath.finished | datapath.fault):
+                m.d.sync += ending.eq(1)
+            with m.If(ending & datapath.quiet):
+                m.d.sync += [busy.eq(0), done.eq(1), ending.eq(0)]
+        m.d.comb += [
+            regs.status.eq(Cat(busy, done, Const(0, 6), datapath.error)),
+            regs.error_index.eq(datapath.error_index),
+            regs.fingerprint.eq(int(self.cfg.fingerprint[:8], 16)),
+            self.irq.eq(done),
+        ]
+        # -- counters of the last run ----------------------------------------------
+        for name, _ in COUNTERS:
+            counter = Signal(32, name=f"count_{name}")
+            with m.If(start):
+                m.d.sync += counter.eq(0)
+            with m.Elif(busy):
+                step = 1 if name == "cycles" else getattr(datapath, f"event_{name}")
+                m.d.sync += counter.eq(counter + step)
+            m.d.comb += getattr(regs, name).eq(counter)
+        return m

