@@ -4,7 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench docs clean
+.PHONY: demo test bench fuzz docs clean
+
+# Long regressions: make fuzz N=2000 CONFIG=small [SEED=0]
+N      ?= 1000
+CONFIG ?= tiny
+SEED   ?= 0
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +25,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/fsim_matmul.py
+	$(PY) benchmarks/rtl_throughput.py --config small
+	$(PY) benchmarks/rtl_throughput.py --config default
+
+fuzz: $(STAMP)
+	$(VENV)/bin/tilewright fuzz --config $(CONFIG) -n $(N) --seed $(SEED)
 
 docs: $(STAMP)
 	$(VENV)/bin/tilewright docs

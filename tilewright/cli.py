@@ -92,18 +92,59 @@ def cmd_disasm(args):
         sys.stdout.write(text)
 
 
+def cmd_verilog(args):
+    from .sim.rtl import lint, verilog_source
+    cfg = _config(args)
+    _write(args.output, verilog_source(cfg))
+    print(f"wrote {args.output} (top module 'top', config {cfg.name}, {cfg.tag})")
+    if args.lint:
+        passed, messages = lint(args.output)
+        if not passed:
+            raise CliError(f"verilator --lint-only reported:\n{messages}")
+        print("verilator --lint-only: no warnings (waivers in tilewright/hw/lint_waivers.vlt)")
+
+
+def cmd_fuzz(args):
+    from .sim.differential import Mismatch, run_differential
+    from .sim.fuzz import random_program
+    from .sim.rtl import RtlError
+    cfg = _config(args)
+    batch = 100
+    start = time.perf_counter()
+    print(f"fuzz: {args.n} random programs on {cfg.name} ({cfg.tag}), seeds {args.seed}..{args.seed + args.n - 1}")
+    for first in range(args.seed, args.seed + args.n, batch):
+        seeds = range(first, min(first + batch, args.seed + args.n))
+        programs = [random_program(cfg, s) for s in seeds]
+        try:
+            results = run_differential(cfg, programs, dram_bytes=programs[0].dram_bytes)
+        except Mismatch as e:
+            raise CliError(f"fsim and RTL disagree: {e}") from None
+        except RtlError as e:
+            raise CliError(str(e)) from None
+        cycles = sum(r.counters["cycles"] for r in results)
+        print(f"  seeds {seeds.start}..{seeds.stop - 1}: identical ({cycles} RTL cycles), "
+              f"{time.perf_counter() - start:.0f} s")
+    print(f"PASS: {args.n} programs, fsim and RTL agree on DRAM, error codes and counters")
+
+
 def cmd_docs(args):
-    from .docgen import update_isa_doc
-    path = Path(args.path)
-    if not path.exists():
-        raise CliError(f"{path} does not exist")
+    from .docgen import GENERATED_DOCS, update_generated
+    root = Path(args.root)
+    stale = []
+    for rel, generate in GENERATED_DOCS.items():
+        path = root / rel
+        if not path.exists():
+            raise CliError(f"{path} does not exist (run from the repository root or pass --root)")
+        if args.check:
+            if not update_generated(path, generate(), check=True):
+                stale.append(str(path))
+        else:
+            update_generated(path, generate())
+            print(f"updated {path}")
+    if stale:
+        raise CliError(f"out of date: {', '.join(stale)}; run 'tilewright docs'")
     if args.check:
-        if not update_isa_doc(path, check=True):
-            raise CliError(f"{path} is out of date; run 'tilewright docs'")
-        print(f"{path} is up to date")
-    else:
-        update_isa_doc(path)
-        print(f"updated {path}")
+        print("generated docs are up to date")
 
 
 def cmd_demo(args):
@@ -174,8 +215,18 @@ def _parser():
     sp.add_argument("-o", "--output", help="output file (default: stdout)")
     sp.set_defaults(func=cmd_disasm)
 
-    sp = sub.add_parser("docs", help="regenerate the field tables in docs/isa.md")
-    sp.add_argument("--path", default="docs/isa.md")
+    sp = with_config(sub.add_parser("verilog", help="write the accelerator as Verilog"))
+    sp.add_argument("-o", "--output", required=True, help="output .v file")
+    sp.add_argument("--lint", action="store_true", help="also run verilator --lint-only on it")
+    sp.set_defaults(func=cmd_verilog)
+
+    sp = with_config(sub.add_parser("fuzz", help="random programs on fsim and the RTL, compared"))
+    sp.add_argument("-n", type=int, default=1000, help="number of programs")
+    sp.add_argument("--seed", type=int, default=0, help="first seed")
+    sp.set_defaults(func=cmd_fuzz)
+
+    sp = sub.add_parser("docs", help="regenerate the generated tables in docs/")
+    sp.add_argument("--root", default=".", help="repository root")
     sp.add_argument("--check", action="store_true", help="only check that they are current")
     sp.set_defaults(func=cmd_docs)
 

@@ -1,8 +1,9 @@
-"""Generated reference tables for ``docs/isa.md``.
+"""Generated reference tables for the docs.
 
-The tables between the ``<!-- generated:begin -->`` and
-``<!-- generated:end -->`` markers of ``docs/isa.md`` are produced here from
-the ISA spec, so the document cannot drift from the code: a test compares
+The text between the ``<!-- generated:begin -->`` and ``<!-- generated:end -->``
+markers of ``docs/isa.md`` (field tables, from the ISA spec) and
+``docs/hardware.md`` (register map, from :mod:`tilewright.hw.regs`) is
+produced here, so the documents cannot drift from the code: a test compares
 them, and ``tilewright docs`` rewrites them.
 """
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from . import isa
 from .config import PRESETS
 
-__all__ = ["isa_tables", "update_isa_doc", "BEGIN", "END"]
+__all__ = ["isa_tables", "register_tables", "update_generated", "GENERATED_DOCS", "BEGIN", "END"]
 
 BEGIN = "<!-- generated:begin -->"
 END = "<!-- generated:end -->"
@@ -59,15 +60,25 @@ def isa_tables(cfg=None):
     return "\n".join(parts)
 
 
-def update_isa_doc(path, *, check=False):
-    """Rewrite the generated section of ``path``; with ``check``, return whether it is current."""
+def register_tables():
+    """Markdown for the register map."""
+    from tilewright.hw.regs import register_table
+    return register_table()
+
+
+#: Document (relative to the repository root) -> generator of its marked section.
+GENERATED_DOCS = {"docs/isa.md": isa_tables, "docs/hardware.md": register_tables}
+
+
+def update_generated(path, content, *, check=False):
+    """Rewrite the marked section of ``path`` with ``content``; with ``check``, return whether it is current."""
     path = Path(path)
     text = path.read_text()
     head, sep, rest = text.partition(BEGIN)
     _, sep2, tail = rest.partition(END)
     if not (sep and sep2):
         raise ValueError(f"{path} lacks the {BEGIN} / {END} markers")
-    new = f"{head}{BEGIN}\n{isa_tables()}{END}{tail}"
+    new = f"{head}{BEGIN}\n{content}{END}{tail}"
     if check:
         return new == text
     path.write_text(new)

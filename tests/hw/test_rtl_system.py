@@ -28,6 +28,14 @@ def test_random_programs_match_fsim(config):
     assert {p.threads for p in programs} == {1, 2, 3}
 
 
+def test_random_programs_on_a_wide_variant():
+    """Batch 2, 16-bit data, 16-bit accumulators and a bus wider than most elements."""
+    cfg = PRESETS["tiny"].replace(name="tiny_wide", batch=2, inp_width=16, wgt_width=16, out_width=16,
+                                  acc_width=16, dram_bus_width=128)
+    programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(40)]
+    run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
+
+
 def _matmul_image(cfg, M, K, N, *, threads, tiles, seed=0):
     rng = np.random.default_rng(seed)
     A = rng.integers(-128, 128, (M, K), dtype=np.int8)
