@@ -9,7 +9,7 @@ Members are flat and named as in the AXI specification (``araddr``,
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AxiReadSignature", "AxiWriteSignature", "AxiSignature", "AxiLiteSignature",
+__all__ = ["AxiReadSignature", "AxiWriteSignature", "AxiSignature", "AxiLiteSignature", "forward",
            "BURST_INCR", "RESP_OKAY", "MAX_BURST_BEATS", "BOUNDARY_BYTES"]
 
 BURST_INCR = 1
@@ -74,3 +74,20 @@ class AxiLiteSignature(wiring.Signature):
             "araddr": Out(addr_width), "arprot": Out(3), "arvalid": Out(1), "arready": In(1),
             "rdata": In(32), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
         })
+
+
+def forward(m, inner, outer, *, skip=()):
+    """Join a manager interface ``inner`` to a port ``outer`` with (at least) its members.
+
+    Outgoing members of ``inner`` drive ``outer``'s, incoming members of
+    ``outer`` drive ``inner``'s. Unlike :func:`wiring.connect` this works when
+    ``outer`` has more members (a read-only manager onto a full AXI port) or
+    other ID widths.
+    """
+    for name, member in inner.signature.members.items():
+        if name in skip:
+            continue
+        if member.flow == Out:
+            m.d.comb += getattr(outer, name).eq(getattr(inner, name))
+        else:
+            m.d.comb += getattr(inner, name).eq(getattr(outer, name))

@@ -1,11 +1,13 @@
 """Fetch: instructions from DRAM to the three command queues, in order.
 
 Instructions are read in chunks into a local buffer, and a chunk is only
-requested when the buffer has room for all of it: fetch never stalls the
-shared read channel, however full the command queues get (a stalled R
-channel would starve the very units that empty them). The decoder checks
-each instruction as :func:`tilewright.isa.fetch_error` does and routes it
-by stream.
+requested when the buffer has room for all of it: however full the command
+queues get, fetch never holds the shared read channel waiting for them (a
+stalled R channel would starve the very units that empty them). The decoder
+checks each instruction as :func:`tilewright.isa.fetch_error` does and
+routes it by stream. The program must start on a 16-byte boundary; a
+misaligned address, or an error response to an instruction read, stops the
+run with ``BUS_ERROR``.
 """
 
 from amaranth import Module, Mux, Signal
@@ -83,7 +85,9 @@ class Fetch(wiring.Component):
         running = Signal()
         chunk = Signal(range(CHUNK + 1))
         m.d.comb += chunk.eq(Mux(count - requested >= CHUNK, CHUNK, count - requested))
-        ask = running & (requested != count) & (arriving == 0) & (buffer.level <= buffer.depth - CHUNK) & ~self.halt
+        misaligned = base[:4] != 0
+        ask = (running & (requested != count) & (arriving == 0) & (buffer.level <= buffer.depth - CHUNK)
+               & ~self.halt & ~misaligned)
         m.d.comb += [
             reader.cmd.valid.eq(ask),
             reader.cmd.payload.addr.eq(base + requested * isa.INSN_BYTES),
@@ -110,7 +114,9 @@ class Fetch(wiring.Component):
         load_mem_ok = (mem == MemType.UOP) | (mem == MemType.WGT) | (mem == MemType.INP) \
             | (mem == MemType.ACC) | (mem == MemType.ACC8)
         error = Signal(4)
-        with m.If(opcode > max(Opcode)):
+        with m.If(misaligned | reader.error):
+            m.d.comb += error.eq(ErrorCode.BUS_ERROR)
+        with m.Elif(opcode > max(Opcode)):
             m.d.comb += error.eq(ErrorCode.ILLEGAL_OPCODE)
         with m.Elif(((opcode == Opcode.LOAD) & ~load_mem_ok) | (to_store & (mem != MemType.OUT))):
             m.d.comb += error.eq(ErrorCode.ILLEGAL_MEMORY_TYPE)
@@ -128,7 +134,8 @@ class Fetch(wiring.Component):
         m.d.comb += [
             buffer.r_en.eq(go),
             self.dispatched.eq(go),
-            self.fault.eq(running & buffer.r_rdy & (error != 0) & ~self.halt),
+            self.fault.eq(running & (buffer.r_rdy | (error == ErrorCode.BUS_ERROR)) & (error != 0) & ~self.halt
+                          & (self.index != count)),
             self.error.eq(Mux(self.fault, error, 0)),
             self.done.eq(running & (self.index == count)),
             self.busy.eq(reader.busy | (arriving != 0)),

@@ -6,7 +6,7 @@ empty), lets an executor run it, then pushes tokens (waiting while a queue
 is full). Executors see only ``start`` / ``done`` / ``error``.
 """
 
-from amaranth import Module, Signal
+from amaranth import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -22,7 +22,7 @@ from tilewright import isa
 from tilewright.isa import ErrorCode
 
 from .arbiter import ReadArbiter
-from .axi import AxiLiteSignature, AxiSignature
+from .axi import AxiLiteSignature, AxiSignature, forward
 from .compute import ComputeUnit
 from .fetch import Fetch
 from .load import LoadUnit
@@ -131,18 +131,8 @@ class Datapath(wiring.Component):
                    "acc": compute.axi_acc, "acc8": compute.axi_acc8}
         for k, name in enumerate(self.read_clients):
             wiring.connect(m, readers[name], arbiter.clients()[k])
-        for member in arbiter.bus.signature.members:
-            if arbiter.bus.signature.members[member].flow == wiring.Out:
-                m.d.comb += getattr(self.axi, member).eq(getattr(arbiter.bus, member))
-            else:
-                m.d.comb += getattr(arbiter.bus, member).eq(getattr(self.axi, member))
-        for member, port in store.axi.signature.members.items():
-            if member in ("awid",):
-                continue
-            if port.flow == wiring.Out:
-                m.d.comb += getattr(self.axi, member).eq(getattr(store.axi, member))
-            else:
-                m.d.comb += getattr(store.axi, member).eq(getattr(self.axi, member))
+        forward(m, arbiter.bus, self.axi)
+        forward(m, store.axi, self.axi, skip={"awid", "bid"})
         m.d.comb += self.axi.awid.eq(0)
 
         # -- errors: the first one wins and halts every stream -------------------------
@@ -241,11 +231,7 @@ class Accelerator(wiring.Component):
         m.d.sync += go.eq(start)
         m.d.comb += [datapath.start.eq(go), datapath.insn_addr.eq(regs.insn_addr),
                      datapath.insn_count.eq(regs.insn_count)]
-        for member, port in datapath.axi.signature.members.items():
-            if port.flow == wiring.Out:
-                m.d.comb += getattr(self.m_axi, member).eq(getattr(datapath.axi, member))
-            else:
-                m.d.comb += getattr(datapath.axi, member).eq(getattr(self.m_axi, member))
+        forward(m, datapath.axi, self.m_axi)
 
         busy = Signal()
         done = Signal()

@@ -198,7 +198,14 @@ class FunctionalSimulator:
         return self._execute(words)
 
     def run_dram(self, insn_addr, insn_count):
-        """Run ``insn_count`` instructions stored in DRAM at byte address ``insn_addr``."""
+        """Run ``insn_count`` instructions stored in DRAM at byte address ``insn_addr``.
+
+        The address must be 16-byte aligned and the instructions inside DRAM,
+        else the run stops with ``BUS_ERROR`` before it starts.
+        """
+        if insn_addr % isa.INSN_BYTES:
+            raise ExecutionError(ErrorCode.BUS_ERROR,
+                                 f"instruction address {insn_addr:#x} is not {isa.INSN_BYTES}-byte aligned")
         try:
             data = self.dram.read(insn_addr, insn_count * isa.INSN_BYTES).tobytes()
         except ValueError as e:

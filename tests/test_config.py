@@ -2,7 +2,7 @@
 
 import pytest
 
-from tilewright import PRESETS, ConfigError, HwConfig, load_config
+from tilewright import PRESETS, ConfigError, load_config
 
 
 def test_default_matches_vta_buffers():

@@ -88,6 +88,10 @@ def test_every_error_code_stops_the_rtl_as_in_fsim():
     expected = [int(code) for code in ERROR_PROGRAMS] + [ErrorCode.PROTOCOL, ErrorCode.PROTOCOL]
     assert [o.error for o in fsim_outcomes(TINY, programs, dram_bytes=DRAM_BYTES)] == expected
     jobs = [Job(dram=p.dram, insn_addr=p.insn_addr, insn_count=p.insn_count, max_cycles=20_000) for p in programs]
+    # A program that does not start on a 16-byte boundary.
+    misaligned = program_image(TINY, [Finish()], dram_bytes=DRAM_BYTES)
+    jobs.append(Job(dram=misaligned.dram, insn_addr=misaligned.insn_addr + 8, insn_count=1, max_cycles=20_000))
+    expected.append(ErrorCode.BUS_ERROR)
     results = run_programs(TINY, jobs, dram_bytes=DRAM_BYTES)
     assert not any(r.timed_out for r in results)
     assert [r.error for r in results] == expected

@@ -151,6 +151,16 @@ def test_uop_and_index_range():
     run([Gemm(reset=True, uop_end=1, iter_out=1, iter_in=3, src_factor_in=TINY.depth("inp") // 2), Finish()])
 
 
+def test_misaligned_or_missing_program_is_a_bus_error():
+    sim = FunctionalSimulator(TINY, dram_bytes=4096)
+    sim.dram.write(64, isa.encode_program([Finish()], TINY))
+    sim.run_dram(64, 1)
+    for addr, count in ((72, 1), (4096 - 16, 2)):
+        with pytest.raises(ExecutionError) as e:
+            sim.run_dram(addr, count)
+        assert e.value.code == ErrorCode.BUS_ERROR
+
+
 def test_bus_error_and_stats_at_stop():
     err = _error([Gemm(), Load(memory_type=MemType.ACC, dram_base=4096, y_size=1, x_size=1), Finish()],
                  dram_bytes=4096)

@@ -1,0 +1,532 @@
+"""ComputeCore in the Amaranth simulator against the functional simulator.
+
+A small wrapper (:class:`CoreHarness`) gives the core real
+``amaranth.lib.memory.Memory`` instances wired as ``hw/compute.py`` wires
+them: both accumulator read ports are transparent to the accumulator write
+port. Each test fills every memory with seeded random contents, runs GEMM or
+ALU instructions on the core, reads ACC and OUT back and compares them with
+:class:`~tilewright.sim.FunctionalSimulator` executing the same instruction
+from the same SRAM contents (which it receives through LOAD instructions).
+
+OUT cannot be loaded, so fsim's OUT starts at zero while the core's starts
+random: rows the instruction writes must equal fsim's, every other row must
+keep its random initial value (no stray writes).
+"""
+
+import numpy as np
+import pytest
+from amaranth import Elaboratable, Module
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.sim import Simulator
+
+from tilewright import PRESETS, isa
+from tilewright.hw.core import ComputeCore
+from tilewright.hw.sram import sram_shape
+from tilewright.isa import Alu, AluOp, ErrorCode, Finish, Gemm, Load, MemType
+from tilewright.sim import FunctionalSimulator
+from tilewright.sim.fsim import SimError
+
+TINY = PRESETS["tiny"]
+#: Variants of tiny that move the lane widths and counts the core is generated for.
+ACC16 = TINY.replace(name="tiny_acc16", acc_width=16)
+BATCH2 = TINY.replace(name="tiny_b2", batch=2, block_out=8)
+
+MEMS = ("uop", "inp", "wgt", "acc", "out")
+DRAM_BYTES = 1 << 16
+#: Where the SRAM images live in fsim's DRAM (each a multiple of every element size).
+DRAM_BASE = {"uop": 0x0000, "inp": 0x1000, "wgt": 0x2000, "acc": 0x8000}
+
+
+# -- SRAM contents ------------------------------------------------------------
+
+def lanes(cfg, mem):
+    return sram_shape(cfg, mem).length
+
+
+def width(cfg, mem):
+    return {"inp": cfg.inp_width, "wgt": cfg.wgt_width, "acc": cfg.acc_width, "out": cfg.out_width}[mem]
+
+
+def random_ints(rng, bits, shape):
+    return rng.integers(-2**(bits - 1), 2**(bits - 1), shape, dtype=np.int64)
+
+
+def random_acc(rng, cfg, rows):
+    """Accumulators mixing full-range values, small ones (shift amounts) and extremes."""
+    w = cfg.acc_width
+    shape = (rows, lanes(cfg, "acc"))
+    specials = np.array([-2**(w - 1), 2**(w - 1) - 1, 0, -1, 1, w - 1, w, -(w - 1), -w, -w - 5])
+    pick = rng.random(shape)
+    return np.select([pick < 0.4, pick < 0.7, pick < 0.9],
+                     [random_ints(rng, w, shape), rng.integers(-2 * w, 2 * w, shape), random_ints(rng, 16, shape)],
+                     specials[rng.integers(0, specials.size, shape)])
+
+
+def random_contents(rng, cfg):
+    """Random contents of every SRAM: ``{mem: int64 array}``; ``uop`` is (depth, 3) of (dst, src, wgt)."""
+    uop_fields = isa.uop_format(cfg).by_name
+    contents = {"uop": np.stack([rng.integers(0, 1 << uop_fields[f].width, cfg.uop_depth)
+                                 for f in ("dst", "src", "wgt")], axis=1)}
+    for mem in ("inp", "wgt", "out"):
+        contents[mem] = random_ints(rng, width(cfg, mem), (cfg.depth(mem), lanes(cfg, mem)))
+    contents["acc"] = random_acc(rng, cfg, cfg.acc_depth)
+    return contents
+
+
+def with_uops(contents, uop_bgn, uops):
+    """A copy of ``contents`` whose micro-ops from ``uop_bgn`` are ``uops`` ((dst, src, wgt) tuples)."""
+    contents = {k: v.copy() for k, v in contents.items()}
+    if len(uops):
+        contents["uop"][uop_bgn:uop_bgn + len(uops)] = np.array(uops).reshape(-1, 3)
+    return contents
+
+
+def loop_indices(insn, uops):
+    """``(dst, src, wgt)`` of every micro-op ``insn`` executes, in order (``uops``: the uop SRAM)."""
+    wf = (insn.wgt_factor_out, insn.wgt_factor_in) if isinstance(insn, Gemm) else (0, 0)
+    for o in range(insn.iter_out):
+        for i in range(insn.iter_in):
+            for u in range(insn.uop_bgn, insn.uop_end):
+                d, s, w = (int(x) for x in uops[u])
+                yield (d + o * insn.dst_factor_out + i * insn.dst_factor_in,
+                       s + o * insn.src_factor_out + i * insn.src_factor_in,
+                       w + o * wf[0] + i * wf[1])
+
+
+# -- the core in simulation -----------------------------------------------------
+
+class CoreHarness(Elaboratable):
+    """A ComputeCore with its five memories, initialised from ``contents``, wired as in ComputeUnit."""
+
+    def __init__(self, cfg, contents):
+        self.cfg = cfg
+        self.core = ComputeCore(cfg)
+        self.mems = {}
+        for mem in MEMS:
+            if mem == "uop":
+                init = [{"dst": d, "src": s, "wgt": w} for d, s, w in contents["uop"].tolist()]
+            else:
+                init = contents[mem].tolist()
+            self.mems[mem] = Memory(shape=sram_shape(cfg, mem), depth=cfg.depth(mem), init=init)
+
+    def elaborate(self, platform):
+        m = Module()
+        core, mems = self.core, self.mems
+        m.submodules.core = core
+        for name, mem in mems.items():
+            m.submodules[f"{name}_mem"] = mem
+        acc_w = mems["acc"].write_port()
+        wiring.connect(m, core.uop_read, mems["uop"].read_port())
+        wiring.connect(m, core.inp_read, mems["inp"].read_port())
+        wiring.connect(m, core.wgt_read, mems["wgt"].read_port())
+        wiring.connect(m, core.acc_read_a, mems["acc"].read_port(transparent_for=(acc_w,)))
+        wiring.connect(m, core.acc_read_b, mems["acc"].read_port(transparent_for=(acc_w,)))
+        wiring.connect(m, core.acc_write, acc_w)
+        wiring.connect(m, core.out_write, mems["out"].write_port())
+        return m
+
+
+def word(insn, cfg):
+    return int.from_bytes(isa.encode(insn, cfg), "little")
+
+
+def run_core(cfg, contents, insns):
+    """Run ``insns`` one after another on the core; returns ``(reports, {acc, out})``.
+
+    Each report has ``error`` (sampled with ``done``), ``cycles`` (from the
+    cycle ``start`` is high, 0, to the cycle ``done`` is high) and ``retired``
+    (cycles with ``retire_gemm``/``retire_alu`` high). The testbench fails
+    instead of hanging if ``done`` does not come, and checks that ``done`` is
+    a one-cycle pulse and that the busy output of the instruction's kind is
+    high from the cycle after ``start`` through ``done``.
+    """
+    h = CoreHarness(cfg, contents)
+    core = h.core
+    reports, final = [], {}
+
+    async def bench(ctx):
+        for insn in insns:
+            is_gemm = isinstance(insn, Gemm)
+            busy, other = (core.gemm_busy, core.alu_busy) if is_gemm else (core.alu_busy, core.gemm_busy)
+            retire, other_retire = (core.retire_gemm, core.retire_alu) if is_gemm \
+                else (core.retire_alu, core.retire_gemm)
+            ctx.set(core.insn, word(insn, cfg))
+            ctx.set(core.start, 1)
+            assert not ctx.get(core.done)
+            await ctx.tick()
+            ctx.set(core.start, 0)
+            cycles, retired = 1, 0
+            limit = insn.uop_count + 64
+            while True:
+                assert ctx.get(busy) and not ctx.get(other), f"busy outputs wrong in cycle {cycles}"
+                assert not ctx.get(other_retire)
+                retired += ctx.get(retire)
+                if ctx.get(core.done):
+                    break
+                assert cycles < limit, f"no done within {limit} cycles of start: the core hangs"
+                await ctx.tick()
+                cycles += 1
+            reports.append({"error": ctx.get(core.error), "cycles": cycles, "retired": retired})
+            await ctx.tick()
+            assert not ctx.get(core.done), "done is longer than one cycle"
+            assert not ctx.get(core.gemm_busy) and not ctx.get(core.alu_busy)
+        for mem in ("acc", "out"):
+            data = h.mems[mem].data
+            final[mem] = np.array([[ctx.get(data[r])[k] for k in range(lanes(cfg, mem))]
+                                   for r in range(cfg.acc_depth)], dtype=np.int64)
+
+    sim = Simulator(h)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return reports, final
+
+
+# -- the functional simulator as reference ------------------------------------
+
+def fsim_reference(cfg, contents, insns):
+    """``(error, {acc, out})`` of fsim running ``insns`` (one or a list) from ``contents`` (loaded by LOADs)."""
+    insns = insns if isinstance(insns, list) else [insns]
+    fs = FunctionalSimulator(cfg, dram_bytes=DRAM_BYTES)
+    fmt = isa.uop_format(cfg)
+    uop_bytes = cfg.elem_bytes("uop")
+    fs.dram.write(DRAM_BASE["uop"], b"".join(
+        fmt.pack(isa.Uop(*map(int, u))).to_bytes(uop_bytes, "little") for u in contents["uop"]))
+    for mem in ("inp", "wgt", "acc"):
+        fs.dram.write(DRAM_BASE[mem], contents[mem].astype(f"<i{width(cfg, mem) // 8}"))
+
+    def load(mem, **flags):
+        depth = cfg.depth(mem)
+        return Load(memory_type=MemType[mem.upper()], sram_base=0,
+                    dram_base=DRAM_BASE[mem] // cfg.elem_bytes(mem), y_size=1, x_size=depth, x_stride=depth,
+                    **flags)
+
+    # load stream: INP, WGT (→ l2c); compute stream: UOP, ACC (← l2c), the instruction, FINISH.
+    program = [load("inp"), load("wgt", push_next=True), load("uop"), load("acc", pop_prev=True), *insns, Finish()]
+    try:
+        fs.run(program)
+        error = ErrorCode.NONE
+    except SimError as e:
+        assert e.index >= 4, f"fsim failed on the set-up program: {e}"
+        error = e.code
+    shape = (cfg.acc_depth, -1)
+    return error, {"acc": fs.sram("acc").reshape(shape).astype(np.int64),
+                   "out": fs.sram("out").reshape(shape).astype(np.int64)}
+
+
+def assert_state_matches(hw, ref, contents, insns):
+    """Core ACC equals fsim's; core OUT equals fsim's on the rows ``insns`` write and is untouched elsewhere."""
+    written = sorted({d for insn in insns for d, _, _ in loop_indices(insn, contents["uop"])})
+    expected_out = contents["out"].copy()
+    expected_out[written] = ref["out"][written]
+    for mem, expected in (("acc", ref["acc"]), ("out", expected_out)):
+        bad = np.flatnonzero((hw[mem] != expected).any(axis=1))
+        assert bad.size == 0, (f"{mem} rows {bad[:8].tolist()} differ for {insns}:\n"
+                               f"core {hw[mem][bad[:4]].tolist()}\nfsim {expected[bad[:4]].tolist()}")
+
+
+def check_against_fsim(insn, contents, cfg=TINY):
+    """Run ``insn`` on the core and on fsim from ``contents``; assert equal results; return the core's report."""
+    (report,), hw = run_core(cfg, contents, [insn])
+    error, ref = fsim_reference(cfg, contents, insn)
+    assert ErrorCode(report["error"]) == error, f"{insn}"
+    if not error:
+        assert report["retired"] == insn.uop_count, "one retire pulse per micro-op"
+        assert_state_matches(hw, ref, contents, [insn])
+    return report
+
+
+# -- random loop nests -----------------------------------------------------------
+
+def random_loop(rng, cls, cfg=TINY, *, n_uops, iter_out, iter_in, uop_bgn=None, **fields):
+    """A ``cls`` (Gemm/Alu) instruction and its micro-ops with random non-zero factors, all indices in range.
+
+    Returns ``(insn, uops)``; place the micro-ops with :func:`with_uops`.
+    """
+    depths = {"dst": cfg.acc_depth, "src": cfg.inp_depth if cls is Gemm else cfg.acc_depth, "wgt": cfg.wgt_depth}
+    names = ("dst", "src", "wgt") if cls is Gemm else ("dst", "src")
+    f = {}
+    for n in names:
+        # Keep half of each buffer for the micro-op's own index.
+        room = depths[n] // 2
+        f[f"{n}_factor_out"] = int(rng.integers(1, max(2, room // max(1, 2 * (iter_out - 1)) + 1)))
+        f[f"{n}_factor_in"] = int(rng.integers(1, max(2, room // max(1, 2 * (iter_in - 1)) + 1)))
+    top = {n: depths[n] - 1 - (iter_out - 1) * f.get(f"{n}_factor_out", 0) - (iter_in - 1) * f.get(f"{n}_factor_in", 0)
+           for n in ("dst", "src", "wgt")}
+    top["wgt"] = min(top["wgt"], cfg.wgt_depth - 1)
+    uops = [tuple(int(rng.integers(0, top[n] + 1)) for n in ("dst", "src", "wgt")) for _ in range(n_uops)]
+    if uop_bgn is None:
+        uop_bgn = int(rng.integers(0, cfg.uop_depth - n_uops + 1))
+    insn = cls(uop_bgn=uop_bgn, uop_end=uop_bgn + n_uops, iter_out=iter_out, iter_in=iter_in, **f, **fields)
+    return insn, uops
+
+
+# -- GEMM --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gemm_two_loop_levels(seed):
+    """GEMM with both loop levels and non-zero factors for dst, src and wgt matches fsim."""
+    rng = np.random.default_rng(seed)
+    insn, uops = random_loop(rng, Gemm, n_uops=int(rng.integers(1, 7)), iter_out=int(rng.integers(2, 5)),
+                             iter_in=int(rng.integers(2, 5)))
+    check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
+
+
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2], ids=lambda c: c.name)
+def test_gemm_other_lane_layouts(cfg):
+    """GEMM on a 16-bit accumulator and on batch 2 (lane order b·block_out + o) matches fsim."""
+    rng = np.random.default_rng(7)
+    insn, uops = random_loop(rng, Gemm, cfg, n_uops=5, iter_out=3, iter_in=2)
+    check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
+
+
+def test_gemm_reset():
+    """GEMM with reset zeroes acc and out of every destination and leaves other rows alone.
+
+    Its source and weight indices run far outside their buffers: with reset
+    only the destination is used and range-checked.
+    """
+    rng = np.random.default_rng(11)
+    uops = [(int(rng.integers(0, 40)), 255, 127) for _ in range(5)]
+    insn = Gemm(uop_bgn=3, uop_end=8, iter_out=3, iter_in=2, dst_factor_out=50, dst_factor_in=41,
+                src_factor_out=200, src_factor_in=100, wgt_factor_out=100, wgt_factor_in=60, reset=True)
+    contents = with_uops(random_contents(rng, TINY), 3, uops)
+    check_against_fsim(insn, contents)
+
+
+@pytest.mark.parametrize("distance", [1, 2, 3, 4, 5, 7])
+def test_gemm_repeated_destination(distance):
+    """Micro-ops writing the row written ``distance`` micro-ops earlier accumulate every product.
+
+    Distance 1 is the back-to-back case: the row is read in the cycle the
+    micro-op ahead writes it, so only the transparent read gives the new
+    value. Larger distances cover every stage of the product/tree pipeline.
+    An inner loop with ``dst_factor_in = 0`` repeats the rows across loop
+    iterations too.
+    """
+    rng = np.random.default_rng(100 + distance)
+    rows = rng.choice(TINY.acc_depth, distance, replace=False)
+    uops = [(int(rows[u % distance]), int(rng.integers(0, 200)), int(rng.integers(0, 100))) for u in range(12)]
+    insn = Gemm(uop_bgn=20, uop_end=32, iter_out=2, iter_in=3, dst_factor_out=0, dst_factor_in=0,
+                src_factor_out=9, src_factor_in=5, wgt_factor_out=3, wgt_factor_in=1)
+    check_against_fsim(insn, with_uops(random_contents(rng, TINY), 20, uops))
+
+
+def test_gemm_single_row_reduction():
+    """Every micro-op of a two-level loop accumulates into one row (the usual kernel's reduction)."""
+    rng = np.random.default_rng(5)
+    uops = [(77, int(rng.integers(0, 64)), int(rng.integers(0, 64))) for _ in range(4)]
+    insn = Gemm(uop_bgn=100, uop_end=104, iter_out=4, iter_in=3, src_factor_out=40, src_factor_in=13,
+                wgt_factor_out=15, wgt_factor_in=4)
+    check_against_fsim(insn, with_uops(random_contents(rng, TINY), 100, uops))
+
+
+EMPTY_LOOPS = {
+    "iter_out=0": dict(uop_bgn=0, uop_end=4, iter_out=0, iter_in=3),
+    "iter_in=0": dict(uop_bgn=0, uop_end=4, iter_out=3, iter_in=0),
+    "no micro-ops": dict(uop_bgn=9, uop_end=9, iter_out=3, iter_in=3),
+    "no micro-ops at the end": dict(uop_bgn=TINY.uop_depth - 1, uop_end=TINY.uop_depth - 1, iter_out=1, iter_in=1),
+}
+
+
+@pytest.mark.parametrize("cls", [Gemm, Alu])
+@pytest.mark.parametrize("fields", EMPTY_LOOPS.values(), ids=EMPTY_LOOPS.keys())
+def test_empty_loops(cls, fields):
+    """An instruction with nothing to do finishes without error and writes nothing.
+
+    The micro-ops it would run, had the loops not been empty, address far
+    outside every buffer: an empty loop checks no index.
+    """
+    rng = np.random.default_rng(3)
+    contents = with_uops(random_contents(rng, TINY), 0, [(255, 255, 127)] * 4)
+    insn = cls(**fields, dst_factor_out=255, src_factor_out=255)
+    # fsim leaves acc as loaded, and no row counts as written: out must keep its contents too.
+    report = check_against_fsim(insn, contents)
+    assert report["error"] == 0 and report["retired"] == 0 and report["cycles"] <= 3
+
+
+# -- ALU -----------------------------------------------------------------------------
+
+def random_imm(rng, op):
+    if op == AluOp.SHR and rng.random() < 0.8:
+        return int(rng.integers(-40, 41))
+    return int(rng.choice([int(rng.integers(-2**15, 2**15)), -2**15, 2**15 - 1, 0, -1, 1]))
+
+
+@pytest.mark.parametrize("use_imm", [True, False], ids=["imm", "vector"])
+@pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
+def test_alu_op(op, use_imm):
+    """Every ALU op with an immediate and with a vector operand, two loop levels, matches fsim.
+
+    The accumulators mix full-range values, small ones (in-range shift
+    amounts of both signs) and the extremes.
+    """
+    rng = np.random.default_rng([int(op), use_imm])
+    for trial in range(2):
+        insn, uops = random_loop(rng, Alu, n_uops=int(rng.integers(1, 9)), iter_out=int(rng.integers(1, 4)),
+                                 iter_in=int(rng.integers(1, 4)), alu_op=op, use_imm=use_imm,
+                                 imm=random_imm(rng, op) if use_imm else 0)
+        check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
+
+
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2], ids=lambda c: c.name)
+@pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
+def test_alu_other_lane_layouts(cfg, op):
+    """ALU ops on a 16-bit accumulator (shift limits, wrap) and on batch 2 match fsim."""
+    rng = np.random.default_rng(int(op))
+    for use_imm in (True, False):
+        insn, uops = random_loop(rng, Alu, cfg, n_uops=6, iter_out=2, iter_in=2, alu_op=op, use_imm=use_imm,
+                                 imm=random_imm(rng, op))
+        check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
+
+
+@pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
+def test_alu_chain(op):
+    """Micro-op k+1 reads, as its source, the row micro-op k writes (a running prefix).
+
+    The source row is read in the very cycle the previous micro-op writes it,
+    so only the transparent read of port B gives the new value.
+    """
+    rng = np.random.default_rng(50 + int(op))
+    rows = [int(r) for r in rng.choice(TINY.acc_depth, 10, replace=False)]
+    uops = [(rows[k + 1], rows[k], 0) for k in range(9)]
+    insn = Alu(uop_bgn=200, uop_end=209, iter_out=1, iter_in=2, alu_op=op)
+    check_against_fsim(insn, with_uops(random_contents(rng, TINY), 200, uops))
+
+
+#: Immediates whose effect compounds when applied twice (MIN and MAX with an immediate never do).
+COMPOUNDING_IMM = {AluOp.ADD: 12345, AluOp.SHR: 1, AluOp.MUL: -3}
+
+
+@pytest.mark.parametrize("use_imm", [True, False], ids=["imm", "vector"])
+@pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
+def test_alu_repeated_destination(op, use_imm):
+    """Micro-ops on the destination written 1, 2 or 3 micro-ops earlier (max pooling, sums) match fsim.
+
+    Destinations repeat in back-to-back micro-ops (the transparent read of
+    port A) and sources are sometimes the row just written.
+    """
+    rng = np.random.default_rng([int(op), use_imm, 9])
+    for distance in (1, 2, 3):
+        rows = [int(r) for r in rng.choice(TINY.acc_depth, distance + 1, replace=False)]
+        uops = [(rows[u % distance], rows[(u + 1) % (distance + 1)], 0) for u in range(8)]
+        insn = Alu(uop_bgn=40, uop_end=48, iter_out=2, iter_in=2, alu_op=op, use_imm=use_imm,
+                   imm=COMPOUNDING_IMM.get(op, random_imm(rng, op)), src_factor_in=1)
+        check_against_fsim(insn, with_uops(random_contents(rng, TINY), 40, uops))
+
+
+def test_alu_imm_ignores_source_index():
+    """With ``use_imm`` the source index is not used, so it may run outside the acc buffer."""
+    rng = np.random.default_rng(4)
+    insn = Alu(uop_bgn=0, uop_end=3, iter_out=2, iter_in=2, dst_factor_out=1, src_factor_out=200,
+               src_factor_in=200, alu_op=AluOp.ADD, use_imm=True, imm=-7)
+    check_against_fsim(insn, with_uops(random_contents(rng, TINY), 0, [(1, 255, 0), (2, 255, 0), (9, 255, 0)]))
+
+
+# -- errors --------------------------------------------------------------------
+
+ERROR_CASES = {
+    "uop_bgn > uop_end": (Gemm(uop_bgn=10, uop_end=9, iter_out=1, iter_in=1), [], ErrorCode.UOP_RANGE),
+    "uop_end past the buffer": (Alu(uop_bgn=500, uop_end=TINY.uop_depth + 1, iter_out=1, iter_in=1),
+                                [], ErrorCode.UOP_RANGE),
+    "reversed empty-loop alu": (Alu(uop_bgn=3, uop_end=1, iter_out=0, iter_in=0), [], ErrorCode.UOP_RANGE),
+    "gemm dst outer": (Gemm(uop_bgn=0, uop_end=2, iter_out=4, iter_in=2, dst_factor_out=80, dst_factor_in=1),
+                       [(10, 0, 0), (20, 0, 0)], ErrorCode.INDEX_RANGE),
+    "gemm src inner": (Gemm(uop_bgn=0, uop_end=2, iter_out=2, iter_in=3, src_factor_in=100),
+                       [(0, 10, 0), (1, 60, 0)], ErrorCode.INDEX_RANGE),
+    "gemm wgt": (Gemm(uop_bgn=0, uop_end=3, iter_out=2, iter_in=2, wgt_factor_out=64, wgt_factor_in=1),
+                 [(0, 0, 0), (1, 0, 10), (2, 0, 63)], ErrorCode.INDEX_RANGE),
+    # Controls: the largest index is the last entry of its buffer, or the micro-ops end the uop buffer.
+    "gemm at every limit": (Gemm(uop_bgn=0, uop_end=3, iter_out=2, iter_in=2, dst_factor_out=100, dst_factor_in=1,
+                                 src_factor_out=1, src_factor_in=200, wgt_factor_out=64, wgt_factor_in=1),
+                            [(154, 0, 0), (0, 54, 0), (0, 0, 62)], None),
+    "alu src at the limit": (Alu(uop_bgn=0, uop_end=2, iter_out=3, iter_in=1, src_factor_out=120, alu_op=AluOp.MAX),
+                             [(0, 5, 0), (1, 15, 0)], None),
+    "micro-ops up to the end": (Gemm(uop_bgn=TINY.uop_depth - 3, uop_end=TINY.uop_depth, iter_out=2, iter_in=1,
+                                     dst_factor_out=1), [(3, 4, 5), (3, 7, 8), (9, 10, 11)], None),
+    "alu src": (Alu(uop_bgn=0, uop_end=2, iter_out=3, iter_in=1, src_factor_out=120, alu_op=AluOp.MAX),
+                [(0, 5, 0), (1, 17, 0)], ErrorCode.INDEX_RANGE),
+    "alu dst inner": (Alu(uop_bgn=0, uop_end=1, iter_out=1, iter_in=9, dst_factor_in=32, alu_op=AluOp.ADD,
+                          use_imm=True, imm=1), [(0, 0, 0)], ErrorCode.INDEX_RANGE),
+}
+
+
+@pytest.mark.parametrize("insn, uops, code", ERROR_CASES.values(), ids=ERROR_CASES.keys())
+def test_range_errors(insn, uops, code):
+    """Range errors come with ``done`` (no hang) and the code fsim reports; the core then runs on.
+
+    The controls (no code) put the largest index exactly on the last entry
+    of its buffer and must not fail.
+
+    After the failing instruction a GEMM with reset must complete without an
+    error and zero its rows: the error does not stick.
+    """
+    rng = np.random.default_rng(1)
+    contents = with_uops(random_contents(rng, TINY), insn.uop_bgn, uops)
+    reset = Gemm(uop_bgn=300, uop_end=301, iter_out=1, iter_in=4, dst_factor_in=1, reset=True)
+    contents = with_uops(contents, 300, [(240, 0, 0)])
+    (report, after), hw = run_core(TINY, contents, [insn, reset])
+    error, ref = fsim_reference(TINY, contents, [insn, reset])
+    assert report["error"] == error == (code or 0)
+    if code:
+        assert report["cycles"] <= insn.uop_count + 16
+    else:
+        assert_state_matches(hw, ref, contents, [insn, reset])
+    assert after["error"] == 0 and after["retired"] == 4
+    assert (hw["acc"][240:244] == 0).all() and (hw["out"][240:244] == 0).all()
+
+
+def test_instruction_sequence():
+    """GEMM and ALU instructions one after another (each sees the last one's results) match fsim.
+
+    Mixing kinds exercises the switch of the accumulator read ports between
+    the GEMM and ALU pipelines and the state carried from one instruction to
+    the next.
+    """
+    rng = np.random.default_rng(21)
+    contents = random_contents(rng, TINY)
+    insns = []
+    for k in range(10):
+        cls = [Gemm, Alu][k % 2] if k < 6 else [Gemm, Alu][int(rng.integers(0, 2))]
+        extra = {"alu_op": AluOp(int(rng.integers(0, 5))), "use_imm": bool(rng.integers(0, 2)),
+                 "imm": int(rng.integers(-8, 9))} if cls is Alu else {"reset": k == 7}
+        insn, uops = random_loop(rng, cls, n_uops=int(rng.integers(1, 5)), iter_out=int(rng.integers(1, 4)),
+                                 iter_in=int(rng.integers(1, 4)), uop_bgn=40 * k, **extra)
+        contents = with_uops(contents, insn.uop_bgn, uops)
+        insns.append(insn)
+    reports, hw = run_core(TINY, contents, insns)
+    assert all(r["error"] == 0 for r in reports)
+    assert [r["retired"] for r in reports] == [i.uop_count for i in insns]
+    error, ref = fsim_reference(TINY, contents, insns)
+    assert error == ErrorCode.NONE
+    assert_state_matches(hw, ref, contents, insns)
+
+
+# -- throughput ----------------------------------------------------------------
+
+#: Loop shapes (iter_out, iter_in, micro-ops) with n = 1, 8 and 64 micro-ops.
+SHAPES = [(1, 1, 1), (1, 1, 8), (2, 4, 1), (2, 2, 2), (1, 1, 64), (4, 4, 4), (8, 1, 8), (1, 64, 1)]
+
+
+@pytest.mark.parametrize("cls", [Gemm, Alu])
+def test_one_micro_op_per_cycle(cls):
+    """From ``start`` to ``done`` takes n + c cycles for n micro-ops, the same c for every n and loop shape.
+
+    The loop generator must not lose a cycle moving between loop levels and
+    the pipeline must not stall on repeated rows; results still match fsim.
+    """
+    rng = np.random.default_rng(64)
+    overhead = {}
+    for iter_out, iter_in, n_uops in SHAPES:
+        insn, uops = random_loop(rng, cls, n_uops=n_uops, iter_out=iter_out, iter_in=iter_in,
+                                 **({"alu_op": AluOp.ADD} if cls is Alu else {}))
+        n = insn.uop_count
+        report = check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
+        overhead[(iter_out, iter_in, n_uops)] = report["cycles"] - n
+    # Repeated destinations (reductions) run at full rate too.
+    insn = cls(uop_bgn=0, uop_end=8, iter_out=2, iter_in=4, src_factor_in=1,
+               **({"alu_op": AluOp.ADD} if cls is Alu else {}))
+    report = check_against_fsim(insn, with_uops(random_contents(rng, TINY), 0, [(5, u, u) for u in range(8)]))
+    overhead["reduction"] = report["cycles"] - 64
+    assert len(set(overhead.values())) == 1, f"cycles - n per shape: {overhead}"

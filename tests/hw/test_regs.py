@@ -1,0 +1,264 @@
+"""RegisterFile driven by a minimal AXI4-Lite manager written in the testbench.
+
+:class:`AxiLiteManager` respects the handshake rules from the manager's
+side (AW and W offered independently and dropped after their own handshake,
+``bready``/``rready`` held low at random) and checks the subordinate's: a
+response, once valid, stays valid with stable data until taken, and is OKAY.
+Handshakes are judged on values sampled at the clock edge
+(``ctx.tick().sample``), so several manager processes can share the bus.
+"""
+
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from tilewright.hw.regs import COUNTERS, REGISTERS, RegisterFile
+
+BY_NAME = {r.name: r for r in REGISTERS}
+READ_ONLY = [r for r in REGISTERS if r.access == "r"]
+CONTROL, INSN_ADDR, INSN_COUNT = (BY_NAME[n].offset for n in ("control", "insn_addr", "insn_count"))
+
+
+class AxiLiteManager:
+    """One AXI4-Lite manager on ``bus``; ``stall`` is the chance a cycle holds a valid or ready low.
+
+    With ``stall=0`` requests leave in the cycle after the previous
+    response: back-to-back traffic. ``write`` returns the number of
+    ``start`` pulses seen from its first offer to its response.
+    """
+
+    def __init__(self, dut, rng, *, stall=0.0):
+        self.dut, self.bus, self.rng, self.stall = dut, dut.bus, rng, stall
+
+    def _go(self):
+        return self.rng.random() >= self.stall
+
+    async def write(self, ctx, addr, data, strb=0b1111):
+        bus = self.bus
+        ctx.set(bus.awaddr, addr)
+        ctx.set(bus.awprot, 0)
+        ctx.set(bus.wdata, data)
+        ctx.set(bus.wstrb, strb)
+        aw_pending = w_pending = True
+        starts = 0
+        aw = w = False
+        while aw_pending or w_pending:
+            # A valid, once raised, stays up until its handshake.
+            aw, w = aw_pending and (aw or self._go()), w_pending and (w or self._go())
+            ctx.set(bus.awvalid, aw)
+            ctx.set(bus.wvalid, w)
+            _, _, awready, wready, start = await ctx.tick().sample(bus.awready, bus.wready, self.dut.start)
+            starts += start
+            aw_pending &= not (aw and awready)
+            w_pending &= not (w and wready)
+        ctx.set(bus.awvalid, 0)
+        ctx.set(bus.wvalid, 0)
+        held = None
+        while True:
+            ready = self._go()
+            ctx.set(bus.bready, ready)
+            _, _, bvalid, bresp, start = await ctx.tick().sample(bus.bvalid, bus.bresp, self.dut.start)
+            starts += start
+            if held is not None:
+                assert bvalid and bresp == held, "B response withdrawn or changed before bready"
+            if bvalid:
+                assert bresp == 0, "OKAY"
+                held = bresp
+                if ready:
+                    break
+        ctx.set(bus.bready, 0)
+        return starts
+
+    async def read(self, ctx, addr):
+        bus = self.bus
+        ctx.set(bus.araddr, addr)
+        ctx.set(bus.arprot, 0)
+        valid = False
+        while True:
+            valid = valid or self._go()
+            ctx.set(bus.arvalid, valid)
+            _, _, arready = await ctx.tick().sample(bus.arready)
+            if valid and arready:
+                break
+        ctx.set(bus.arvalid, 0)
+        held = None
+        while True:
+            ready = self._go()
+            ctx.set(bus.rready, ready)
+            _, _, rvalid, rdata, rresp = await ctx.tick().sample(bus.rvalid, bus.rdata, bus.rresp)
+            if held is not None:
+                assert rvalid and (rdata, rresp) == held, "R response withdrawn or changed before rready"
+            if rvalid:
+                assert rresp == 0, "OKAY"
+                held = (rdata, rresp)
+                if ready:
+                    break
+        ctx.set(bus.rready, 0)
+        return held[0]
+
+
+def simulate(*benches, dut=None):
+    """Run ``bench(ctx, dut)`` coroutines as testbenches; also count every ``start`` pulse.
+
+    Returns the cycles (edges) at which ``start`` was high.
+    """
+    dut = dut or RegisterFile()
+    starts, cycle = [], [0]
+
+    async def monitor(ctx):
+        async for _, _, start in ctx.tick().sample(dut.start):
+            if start:
+                starts.append(cycle[0])
+            cycle[0] += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    for bench in benches:
+        async def run(ctx, bench=bench):
+            await bench(ctx, dut)
+        sim.add_testbench(run)
+    sim.add_testbench(monitor, background=True)
+    sim.run()
+    return starts
+
+
+def drive_inputs(ctx, dut, rng):
+    """Random values on every read-only register input; returns ``{name: value}``."""
+    values = {r.name: rng.getrandbits(32) for r in READ_ONLY}
+    for name, value in values.items():
+        ctx.set(getattr(dut, name), value)
+    return values
+
+
+# -- tests ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stall", [0.0, 0.5])
+def test_program_registers_read_back(stall):
+    """Writes to ``insn_addr``/``insn_count`` drive those outputs and read back; other writes leave them alone."""
+    rng = random.Random(int(stall * 10))
+
+    async def bench(ctx, dut):
+        m = AxiLiteManager(dut, rng, stall=stall)
+        expected = {INSN_ADDR: 0, INSN_COUNT: 0}
+        for _ in range(30):
+            offset = rng.choice([INSN_ADDR, INSN_COUNT])
+            value = rng.choice([rng.getrandbits(32), 0, 2**32 - 1])
+            assert await m.write(ctx, offset, value) == 0
+            expected[offset] = value
+            assert ctx.get(dut.insn_addr) == expected[INSN_ADDR]
+            assert ctx.get(dut.insn_count) == expected[INSN_COUNT]
+            for reg in (INSN_ADDR, INSN_COUNT):
+                assert await m.read(ctx, reg) == expected[reg]
+        # Writing a read-only register or an unmapped offset changes neither.
+        for r in READ_ONLY + [BY_NAME["control"]]:
+            await m.write(ctx, r.offset, 0xFFFF_FFFE)
+        for offset in (0x18, 0x1C, 0xFC):
+            await m.write(ctx, offset, 0xFFFF_FFFF)
+        for reg in (INSN_ADDR, INSN_COUNT):
+            assert await m.read(ctx, reg) == expected[reg]
+
+    assert simulate(bench) == []
+
+
+def test_start_pulses_once_per_write_of_one():
+    """``start`` is high for exactly one cycle per write with bit 0 set (lane 0 strobed) to ``control``.
+
+    Writes of 0, of bit 0 without its byte strobe, and of 1 to any other
+    register start nothing; the pulse does not repeat while the B response
+    waits for ``bready``.
+    """
+    rng = random.Random(1)
+    cases = [(CONTROL, 1, 0b1111, 1), (CONTROL, 0, 0b1111, 0), (CONTROL, 3, 0b1111, 1),
+             (CONTROL, 0xFFFF_FFFE, 0b1111, 0), (CONTROL, 1, 0b1110, 0), (CONTROL, 1, 0b0001, 1),
+             (INSN_ADDR, 1, 0b1111, 0), (INSN_COUNT, 1, 0b1111, 0),
+             (BY_NAME["status"].offset, 1, 0b1111, 0), (0x20, 1, 0b1111, 0), (CONTROL, 0xFFFF_FFFF, 0b1111, 1)]
+    seen = []
+
+    async def bench(ctx, dut):
+        for stall in (0.0, 0.7):
+            m = AxiLiteManager(dut, rng, stall=stall)
+            for offset, data, strb, _ in cases:
+                seen.append(await m.write(ctx, offset, data, strb))
+            for _ in range(10):
+                seen.append(await m.write(ctx, CONTROL, 1))
+
+    starts = simulate(bench)
+    expected = ([pulses for *_, pulses in cases] + [1] * 10) * 2
+    assert seen == expected
+    assert len(starts) == sum(expected), "no start outside those writes"
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.5])
+def test_read_only_registers_return_their_inputs(stall):
+    """Every readable register of REGISTERS returns the value on its input; ``control`` and holes read 0."""
+    rng = random.Random(7 + int(stall * 10))
+
+    async def bench(ctx, dut):
+        m = AxiLiteManager(dut, rng, stall=stall)
+        for _ in range(3):
+            values = drive_inputs(ctx, dut, rng)
+            for r in rng.sample(READ_ONLY, len(READ_ONLY)):
+                assert await m.read(ctx, r.offset) == values[r.name], r.name
+                # Byte offsets within the word address the same register.
+                assert await m.read(ctx, r.offset | rng.randrange(4)) == values[r.name], r.name
+            assert await m.read(ctx, CONTROL) == 0
+            last = max(r.offset for r in REGISTERS)
+            for offset in (0x18, 0x1C, last + 4, 0xFC):
+                assert await m.read(ctx, offset) == 0, hex(offset)
+
+    assert {r.name for r in READ_ONLY} == {"status", "error_index", "fingerprint"} | {n for n, _ in COUNTERS}
+    simulate(bench)
+
+
+def test_back_to_back_mixed_traffic():
+    """Reads and writes issued back to back (no idle cycle) return the latest write and the current inputs."""
+    rng = random.Random(3)
+
+    async def bench(ctx, dut):
+        m = AxiLiteManager(dut, rng)
+        regs = {INSN_ADDR: 0, INSN_COUNT: 0}
+        values = drive_inputs(ctx, dut, rng)
+        for _ in range(150):
+            op = rng.random()
+            if op < 0.35:
+                offset = rng.choice(list(regs))
+                regs[offset] = rng.getrandbits(32)
+                assert await m.write(ctx, offset, regs[offset]) == 0
+            elif op < 0.55:
+                offset = rng.choice(list(regs))
+                assert await m.read(ctx, offset) == regs[offset]
+            elif op < 0.9:
+                r = rng.choice(READ_ONLY)
+                assert await m.read(ctx, r.offset) == values[r.name]
+            else:
+                values = drive_inputs(ctx, dut, rng)
+
+    simulate(bench)
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.6])
+def test_concurrent_reader_and_writer(stall):
+    """A reader and a writer share the bus at once: every read is right and every control write starts once."""
+    rng_w, rng_r = random.Random(11), random.Random(12)
+    written = []
+    pulses = []
+
+    async def writer(ctx, dut):
+        m = AxiLiteManager(dut, rng_w, stall=stall)
+        for _ in range(60):
+            offset = rng_w.choice([INSN_ADDR, INSN_COUNT, CONTROL])
+            value = rng_w.getrandbits(32)
+            pulses.append((await m.write(ctx, offset, value), offset == CONTROL and value & 1))
+            written.append((offset, value))
+
+    async def reader(ctx, dut):
+        m = AxiLiteManager(dut, rng_r, stall=stall)
+        values = drive_inputs(ctx, dut, rng_r)
+        for _ in range(80):
+            r = rng_r.choice(READ_ONLY)
+            assert await m.read(ctx, r.offset) == values[r.name]
+
+    starts = simulate(writer, reader)
+    assert [got for got, _ in pulses] == [int(bool(want)) for _, want in pulses]
+    assert len(starts) == sum(got for got, _ in pulses)
