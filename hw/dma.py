@@ -4,7 +4,8 @@ A transfer is ``rows`` rows of ``row_bytes`` bytes; row ``r`` starts at byte
 ``addr + r·stride``. Rows are split into INCR bursts aligned to the bus, at
 most 256 beats long and never crossing a 4 KiB boundary. Address requests
 run ahead of the data by up to ``outstanding`` bursts, so long transfers
-keep the data channel busy every cycle.
+keep the data channel busy every cycle (one known exception: writes of
+elements narrower than the bus run at slots/(slots+1) elements per cycle).
 
 * :class:`RowReader` issues AR requests and tags each R beat with the byte
   range ``[lo, hi)`` that belongs to the transfer.
@@ -168,7 +169,7 @@ class RowReader(wiring.Component):
         wiring.connect(m, wiring.flipped(self.cmd), split.cmd)
         m.d.comb += [
             pending.w_data.eq(split.burst.payload),
-            pending.w_en.eq(split.burst.valid),
+            pending.w_en.eq(split.burst.valid & split.burst.ready),
             split.burst.ready.eq(pending.w_rdy),
             self.axi.arid.eq(0),
             self.axi.araddr.eq(split.request.payload.addr),
@@ -190,7 +191,7 @@ class RowReader(wiring.Component):
             self.beats.valid.eq(self.axi.rvalid & pending.r_rdy),
             self.axi.rready.eq(self.beats.ready & pending.r_rdy),
             pending.r_en.eq(self.axi.rvalid & self.axi.rready & final),
-            self.busy.eq(split.busy | pending.r_rdy),
+            self.busy.eq(split.busy | (pending.level != 0)),
         ]
         with m.If(self.axi.rvalid & self.axi.rready):
             m.d.sync += beat.eq(Mux(final, 0, beat + 1))
@@ -247,19 +248,22 @@ class ElementPacker(wiring.Component):
             stop = Signal(range(slots + 1))
             full = Signal()                      # a beat is held
             shift = E.bit_length() - 1
+            last_slot = slot + 1 == stop
+            taken = out.valid & out.ready
             m.d.comb += [
                 out.payload.eq(word.word_select(slot, E * 8)),
                 out.valid.eq(full),
-                self.beats.ready.eq(~full),
+                # The next beat may arrive in the cycle the last element leaves.
+                self.beats.ready.eq(~full | (taken & last_slot)),
             ]
-            with m.If(self.beats.valid & self.beats.ready):
-                m.d.sync += [word.eq(self.beats.payload.data), slot.eq(self.beats.payload.lo >> shift),
-                             stop.eq(self.beats.payload.hi >> shift), full.eq(1)]
-            with m.If(out.valid & out.ready):
-                with m.If(slot + 1 == stop):
+            with m.If(taken):
+                with m.If(last_slot):
                     m.d.sync += full.eq(0)
                 with m.Else():
                     m.d.sync += slot.eq(slot + 1)
+            with m.If(self.beats.valid & self.beats.ready):
+                m.d.sync += [word.eq(self.beats.payload.data), slot.eq(self.beats.payload.lo >> shift),
+                             stop.eq(self.beats.payload.hi >> shift), full.eq(1)]
         return m
 
 
@@ -303,7 +307,7 @@ class RowWriter(wiring.Component):
         m.d.sync += responses.eq(responses + aw_sent - b_taken)
         m.d.comb += [
             pending.w_data.eq(split.burst.payload),
-            pending.w_en.eq(split.burst.valid),
+            pending.w_en.eq(split.burst.valid & split.burst.ready),
             split.burst.ready.eq(pending.w_rdy & (responses < self.outstanding)),
             self.axi.awid.eq(0),
             self.axi.awaddr.eq(split.request.payload.addr),
@@ -313,7 +317,7 @@ class RowWriter(wiring.Component):
             self.axi.awvalid.eq(split.request.valid),
             split.request.ready.eq(self.axi.awready),
             self.axi.bready.eq(1),
-            self.busy.eq(split.busy | pending.r_rdy | (responses != 0)),
+            self.busy.eq(split.busy | (pending.level != 0) | (responses != 0)),
         ]
         with m.If(b_taken & (self.axi.bresp != RESP_OKAY)):
             m.d.sync += self.error.eq(1)
@@ -336,24 +340,24 @@ class RowWriter(wiring.Component):
             held = Signal(E * 8)
             part = Signal(range(n)) if n > 1 else Const(0)
             have = Signal()
+            last_part = (part == n - 1) if n > 1 else Const(1)
             m.d.comb += [
                 self.axi.wdata.eq(held.word_select(part, B * 8) if n > 1 else held),
                 self.axi.wstrb.eq(2 ** B - 1),
                 self.axi.wvalid.eq(have & pending.r_rdy),
-                self.elements.ready.eq(~have),
+                # The next element may arrive in the cycle the last part goes out.
+                self.elements.ready.eq(~have | (send & last_part)),
             ]
+            with m.If(send):
+                with m.If(last_part):
+                    m.d.sync += have.eq(0)
+                if n > 1:
+                    with m.Else():
+                        m.d.sync += part.eq(part + 1)
             with m.If(self.elements.valid & self.elements.ready):
                 m.d.sync += [held.eq(self.elements.payload), have.eq(1)]
                 if n > 1:
                     m.d.sync += part.eq(0)
-            with m.If(send):
-                if n > 1:
-                    with m.If(part == n - 1):
-                        m.d.sync += have.eq(0)
-                    with m.Else():
-                        m.d.sync += part.eq(part + 1)
-                else:
-                    m.d.sync += have.eq(0)
         else:
             slots = B // E
             shift = E.bit_length() - 1
