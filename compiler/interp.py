@@ -1,0 +1,133 @@
+"""A reference interpreter for the loop IR, before and after every pass.
+
+Slow (Python loops per element) and meant for small shapes in tests: it
+runs any stage of the pipeline, from freshly lowered loops to the nests of
+DMA, GEMM and ALU operations, with the ISA's integer semantics, so each pass
+can be checked to preserve what the program computes.
+"""
+
+import numpy as np
+
+from tilewright.semantics import alu as alu_op, wrap
+
+from . import ir
+from .expr import Binary, Cast, Const, Load, Select, Var, evaluate
+from .te import DTYPE_BITS
+
+__all__ = ["run_ir"]
+
+
+def _value(e, env, arrays):
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Var):
+        return env[e]
+    if isinstance(e, Load):
+        idx = tuple(_value(i, env, arrays) for i in e.indices)
+        return int(arrays[e.source][idx])
+    if isinstance(e, Cast):
+        return wrap(_value(e.value, env, arrays), DTYPE_BITS[e.dtype])
+    if isinstance(e, Select):
+        return _value(e.then if _value(e.cond, env, arrays) else e.otherwise, env, arrays)
+    if isinstance(e, Binary):
+        return evaluate(Binary(e.op, Const(_value(e.a, env, arrays)), Const(_value(e.b, env, arrays))), {})
+    raise TypeError(f"cannot interpret {e}")
+
+
+def _elements(array):
+    return array.reshape((-1,) + array.shape[-2:])
+
+
+def _exec(stmt, env, arrays):
+    if isinstance(stmt, ir.Seq):
+        for s in stmt.body:
+            _exec(s, env, arrays)
+    elif isinstance(stmt, ir.For):
+        for k in range(stmt.extent):
+            env[stmt.var] = k
+            _exec(stmt.body, env, arrays)
+        env.pop(stmt.var, None)
+    elif isinstance(stmt, ir.Allocate):
+        b = stmt.buffer
+        if b not in arrays:
+            arrays[b] = np.zeros(b.shape, dtype=np.int64)
+        _exec(stmt.body, env, arrays)
+    elif isinstance(stmt, ir.Attr):
+        _exec(stmt.body, env, arrays)
+    elif isinstance(stmt, ir.Store):
+        idx = tuple(_value(i, env, arrays) for i in stmt.indices)
+        arrays[stmt.buffer][idx] = wrap(_value(stmt.value, env, arrays), DTYPE_BITS[stmt.buffer.dtype])
+    elif isinstance(stmt, ir.Dma):
+        _dma(stmt, env, arrays)
+    elif isinstance(stmt, ir.Gemm):
+        _loop_uops(stmt, env, lambda u, e: _gemm_uop(stmt, u, e, arrays))
+    elif isinstance(stmt, ir.Alu):
+        _loop_uops(stmt, env, lambda u, e: _alu_uop(stmt, u, e, arrays))
+    else:
+        raise TypeError(f"cannot interpret {stmt!r}")
+
+
+def _dma(d, env, arrays):
+    v = {name: evaluate(getattr(d, name), env) if not isinstance(getattr(d, name), int) else getattr(d, name)
+         for name in ("sram_index", "dram_index", "y_size", "x_size", "x_stride")}
+    pads = [evaluate(p, env) if not isinstance(p, int) else p for p in d.pads]
+    sram, dram = _elements(arrays[d.sram]), _elements(arrays[d.dram])
+    if v["x_size"] == 0 or v["y_size"] == 0:
+        return
+    rows, cols = pads[0] + v["y_size"] + pads[1], pads[2] + v["x_size"] + pads[3]
+    for r in range(rows):
+        for c in range(cols):
+            s = v["sram_index"] + r * cols + c if d.direction == "load" else v["sram_index"] + r * v["x_size"] + c
+            inside = pads[0] <= r < pads[0] + v["y_size"] and pads[2] <= c < pads[2] + v["x_size"]
+            if d.direction == "load":
+                src = v["dram_index"] + (r - pads[0]) * v["x_stride"] + (c - pads[2])
+                sram[s] = dram[src] if inside else 0
+            elif inside:
+                dst = v["dram_index"] + r * v["x_stride"] + c
+                dram[dst] = wrap(sram[s], DTYPE_BITS[d.dram.dtype])
+
+
+def _loop_uops(op, env, fn):
+    def rec(k):
+        if k == len(op.loops):
+            for u in op.uops:
+                fn(u, env)
+            return
+        var, extent = op.loops[k]
+        for i in range(extent):
+            env[var] = i
+            rec(k + 1)
+        env.pop(var, None)
+    rec(0)
+
+
+def _gemm_uop(g, u, env, arrays):
+    acc = _elements(arrays[g.acc])
+    d = evaluate(u.dst, env)
+    if g.reset:
+        acc[d] = 0
+        return
+    x = _elements(arrays[g.inp])[evaluate(u.src, env)]
+    w = _elements(arrays[g.wgt])[evaluate(u.wgt, env)]
+    acc[d] = wrap(acc[d] + x @ w.T, DTYPE_BITS[g.acc.dtype])
+
+
+def _alu_uop(a, u, env, arrays):
+    acc = _elements(arrays[a.acc])
+    d = evaluate(u.dst, env)
+    b = a.imm if a.imm is not None else _elements(arrays[a.src])[evaluate(u.src, env)]
+    acc[d] = alu_op(a.op, acc[d], b, DTYPE_BITS[a.acc.dtype])
+
+
+def run_ir(func, values):
+    """Execute ``func``; ``values`` maps its tensors (or their names) to arrays; returns every global array.
+
+    Parameters not given start as zeros.
+    """
+    by_name = {b.name: b for b in func.params}
+    arrays = {b: np.zeros(b.shape, dtype=np.int64) for b in func.params}
+    for key, array in values.items():
+        buf = func.buffer(key) if not isinstance(key, str) else by_name[key]
+        arrays[buf] = np.asarray(array, dtype=np.int64).copy()
+    _exec(func.body, {}, arrays)
+    return {b.name: arrays[b] for b in func.params}

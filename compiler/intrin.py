@@ -1,0 +1,54 @@
+"""Hardware intrinsics the compiler maps loop nests onto, declared from the config.
+
+The GEMM intrinsic is the reference computation of one micro-op,
+``acc[b, o] += Σₖ inp[b, k] · wgt[o, k]`` over a ``batch × block_out ×
+block_in`` nest, with operand types from :class:`~tilewright.config.HwConfig`.
+:func:`~tilewright.compiler.passes.tensorize` checks that a marked loop nest
+computes exactly this before replacing it; nothing is trusted.
+"""
+
+from dataclasses import dataclass
+
+from tilewright.config import load_config
+
+from . import te
+
+__all__ = ["GemmIntrinsic", "gemm_intrinsic"]
+
+
+def _dtype(bits):
+    return f"int{bits}"
+
+
+@dataclass(frozen=True)
+class GemmIntrinsic:
+    """Shape and types of the GEMM micro-op of one config."""
+    batch: int
+    block_in: int
+    block_out: int
+    inp_dtype: str
+    wgt_dtype: str
+    acc_dtype: str
+    name: str = "gemm"
+
+    @property
+    def loop_extents(self):
+        """Extents of the (batch, out, in) loops the intrinsic replaces."""
+        return self.batch, self.block_out, self.block_in
+
+    def declaration(self):
+        """The intrinsic as a tensor expression (inputs, output), for documentation and tests."""
+        inp = te.placeholder((self.batch, self.block_in), self.inp_dtype, "inp")
+        wgt = te.placeholder((self.block_out, self.block_in), self.wgt_dtype, "wgt")
+        k = te.reduce_axis(self.block_in, "k")
+        out = te.compute((self.batch, self.block_out),
+                         lambda b, o: te.sum(inp[b, k].astype(self.acc_dtype) * wgt[o, k].astype(self.acc_dtype), [k]),
+                         "acc", dtype=self.acc_dtype)
+        return (inp, wgt), out
+
+
+def gemm_intrinsic(config="default"):
+    """The :class:`GemmIntrinsic` of ``config`` (a preset, TOML path or HwConfig)."""
+    c = load_config(config)
+    return GemmIntrinsic(c.batch, c.block_in, c.block_out, _dtype(c.inp_width), _dtype(c.wgt_width),
+                         _dtype(c.acc_width))

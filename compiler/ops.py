@@ -1,0 +1,327 @@
+"""Operators: packed conv2d and dense with a fused epilogue, and their default schedules.
+
+Tensors are in the accelerator's packed layouts (see
+:mod:`tilewright.runtime.layout`): data ``(N/b, C/i, H, W, b, i)``, conv
+weights ``(O/o, C/i, KH, KW, o, i)``, dense data ``(N/b, K/i, b, i)`` and
+weights ``(M/o, K/i, o, i)``, bias ``(O/o, b, o)`` int32 (repeated over the
+batch rows), residual and output like the result, int8. ``b``, ``i``,
+``o`` are the config's batch, block_in and block_out.
+
+The epilogue computes ``clip(((acc + bias [+ residual]) · mul) >> shift, lo,
+127)`` in the accumulator (``lo`` = 0 with ReLU, else −128): one ALU
+operation per term, in place.
+"""
+
+import itertools
+from dataclasses import dataclass
+
+from tilewright.config import load_config
+
+from . import te
+from .expr import max_, min_
+from .intrin import gemm_intrinsic
+from .schedule import ScheduleError, create_schedule
+
+__all__ = ["Conv2dSpec", "DenseSpec", "conv2d", "dense", "ConvTiles", "DenseTiles"]
+
+
+@dataclass(frozen=True)
+class Conv2dSpec:
+    """Shape and epilogue of a packed conv2d (channel counts already multiples of the blocks)."""
+    batch: int
+    in_channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel: tuple = (3, 3)
+    stride: int = 1
+    padding: int = 0
+    bias: bool = True
+    residual: bool = False
+    mul: int = 1
+    shift: int = 0
+    relu: bool = False
+
+    @property
+    def out_height(self):
+        return (self.height + 2 * self.padding - self.kernel[0]) // self.stride + 1
+
+    @property
+    def out_width(self):
+        return (self.width + 2 * self.padding - self.kernel[1]) // self.stride + 1
+
+    @property
+    def macs(self):
+        return (self.batch * self.out_channels * self.out_height * self.out_width * self.in_channels
+                * self.kernel[0] * self.kernel[1])
+
+
+@dataclass(frozen=True)
+class DenseSpec:
+    batch: int
+    in_features: int
+    out_features: int
+    bias: bool = True
+    mul: int = 1
+    shift: int = 0
+    relu: bool = False
+
+    @property
+    def macs(self):
+        return self.batch * self.in_features * self.out_features
+
+
+@dataclass(frozen=True)
+class ConvTiles:
+    """Tile sizes in blocks/rows: output channels, rows, columns, input channels; virtual threads."""
+    out_channels: int
+    rows: int
+    cols: int
+    in_channels: int
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class DenseTiles:
+    batch: int
+    out_features: int
+    in_features: int
+    threads: int = 1
+
+
+def _epilogue(acc, spec, terms):
+    """``clip(((acc + terms…) · mul) >> shift, lo, 127)`` as one expression."""
+    v = acc
+    for t in terms:
+        v = v + t
+    if spec.mul != 1:
+        v = v * spec.mul
+    if spec.shift:
+        v = v >> spec.shift
+    return max_(min_(v, 127), 0 if spec.relu else -128)
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# -- conv2d --------------------------------------------------------------------------
+
+def conv2d_compute(spec, cfg):
+    """Tensor expressions of a packed conv2d; returns (inputs by name, output)."""
+    c = cfg
+    acc = f"int{c.acc_width}"
+    NB, CB, OB = spec.batch // c.batch, spec.in_channels // c.block_in, spec.out_channels // c.block_out
+    KH, KW = spec.kernel
+    s, p = spec.stride, spec.padding
+    data = te.placeholder((NB, CB, spec.height, spec.width, c.batch, c.block_in), f"int{c.inp_width}", "data")
+    weight = te.placeholder((OB, CB, KH, KW, c.block_out, c.block_in), f"int{c.wgt_width}", "weight")
+    padded = te.pad(data, (0, 0, p, p, 0, 0), (0, 0, p, p, 0, 0), "data_pad") if p else data
+    ic, kh, kw, ii = (te.reduce_axis(CB, "ic"), te.reduce_axis(KH, "kh"), te.reduce_axis(KW, "kw"),
+                      te.reduce_axis(c.block_in, "ii"))
+    shape = (NB, OB, spec.out_height, spec.out_width, c.batch, c.block_out)
+    conv = te.compute(shape, lambda n, o, y, x, b, oo: te.sum(
+        padded[n, ic, y * s + kh, x * s + kw, b, ii].astype(acc) * weight[o, ic, kh, kw, oo, ii].astype(acc),
+        [ic, kh, kw, ii]), "conv", dtype=acc)
+    inputs = {"data": data, "weight": weight}
+    if spec.bias:
+        inputs["bias"] = te.placeholder((OB, c.batch, c.block_out), acc, "bias")
+    if spec.residual:
+        inputs["residual"] = te.placeholder(shape, f"int{c.out_width}", "residual")
+
+    def epilogue(n, o, y, x, b, oo):
+        terms = []
+        if spec.bias:
+            terms.append(inputs["bias"][o, b, oo])
+        if spec.residual:
+            terms.append(inputs["residual"][n, o, y, x, b, oo].astype(acc))
+        return _epilogue(conv[n, o, y, x, b, oo], spec, terms)
+
+    res = te.compute(shape, epilogue, "epilogue", dtype=acc)
+    out = te.compute(shape, lambda *i: res[i].astype(f"int{c.out_width}"), "out", dtype=f"int{c.out_width}")
+    return inputs, out, (padded, conv, res)
+
+
+def _conv_needs(spec, cfg, t):
+    """SRAM entries (inp, wgt, acc) and micro-ops per GEMM of tiles ``t``."""
+    KH, KW = spec.kernel
+    rows = (t.rows - 1) * spec.stride + KH
+    cols = (t.cols - 1) * spec.stride + KW
+    inp = t.in_channels * rows * cols
+    wgt = t.out_channels * t.in_channels * KH * KW
+    out = t.out_channels * t.rows * t.cols
+    acc = out + (t.out_channels if spec.bias else 0) + (out if spec.residual else 0)
+    loops = sorted([t.out_channels, t.rows, t.cols, t.in_channels, KH, KW])
+    uops = 1
+    for n in loops[:-2]:
+        uops *= n
+    return inp * t.threads, wgt * t.threads, acc * t.threads, uops
+
+
+def conv_tiles(spec, cfg, threads=None):
+    """Tiles that fit the buffers and move the fewest DRAM bytes (two virtual threads when they fit)."""
+    c = cfg
+    CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
+    KH, KW = spec.kernel
+    best = None
+    for T in ([threads] if threads else [2, 1]):
+        for to, th, tw, ti in itertools.product(_divisors(OB), _divisors(spec.out_height), _divisors(spec.out_width),
+                                                _divisors(CB)):
+            if T > 1 and (OB // to) % T and (spec.out_height // th) % T:
+                continue
+            t = ConvTiles(to, th, tw, ti, T)
+            inp, wgt, acc, uops = _conv_needs(spec, c, t)
+            if inp > c.inp_depth or wgt > c.wgt_depth or acc > c.acc_depth or uops > min(1024, c.uop_depth // 2):
+                continue
+            tiles = (OB // to) * (spec.out_height // th) * (spec.out_width // tw) * (spec.batch // c.batch)
+            rows, cols = (th - 1) * spec.stride + KH, (tw - 1) * spec.stride + KW
+            traffic = tiles * (CB * rows * cols * c.elem_bytes("inp") + to * CB * KH * KW * c.elem_bytes("wgt"))
+            key = (traffic, -ti, -(to * th * tw))
+            if best is None or key < best[0]:
+                best = (key, t)
+        if best:
+            return best[1]
+    raise ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}")
+
+
+def conv2d(spec, config="default", tiles=None):
+    """``(schedule, inputs, output)`` of a packed conv2d with its default (or given) schedule."""
+    cfg = load_config(config)
+    c = cfg
+    for name, n, block in (("batch", spec.batch, c.batch), ("in_channels", spec.in_channels, c.block_in),
+                           ("out_channels", spec.out_channels, c.block_out)):
+        if n % block:
+            raise ScheduleError(f"{name}={n} is not a multiple of {block}; pack with runtime.layout first")
+    if spec.out_height < 1 or spec.out_width < 1:
+        raise ScheduleError(f"kernel {spec.kernel} does not fit the padded {spec.height}x{spec.width} input")
+    t = tiles or conv_tiles(spec, cfg)
+    inputs, out, (padded, conv, res) = conv2d_compute(spec, cfg)
+    s = create_schedule(out)
+    if padded is not inputs["data"]:
+        s[padded].compute_inline()
+    s[conv].set_scope("acc")
+    s[res].set_scope("acc")
+    data_l = s.cache_read(padded, "inp", [conv])
+    weight_l = s.cache_read(inputs["weight"], "wgt", [conv])
+    extra = [s.cache_read(inputs[n], "acc", [res]) for n in ("bias", "residual") if n in inputs]
+
+    n, o, y, x, b, oo = s[out].op.axes
+    o_o, o_i = s[out].split(o, t.out_channels)
+    y_o, y_i = s[out].split(y, t.rows)
+    x_o, x_i = s[out].split(x, t.cols)
+    order = [n, o_o, y_o, x_o]
+    if t.threads > 1:        # one tile per virtual thread, along channels or rows
+        if (o_o.extent % t.threads) == 0:
+            o_o, vt = s[out].split(o_o, nparts=o_o.extent // t.threads)
+            order = [n, o_o, vt, y_o, x_o]
+        else:
+            y_o, vt = s[out].split(y_o, nparts=y_o.extent // t.threads)
+            order = [n, o_o, y_o, vt, x_o]
+        s[out].bind(vt, "vthread")
+    s[out].reorder(*order, o_i, y_i, x_i, b, oo)
+    tile = order[-1]
+    for stage in [conv, res] + extra:
+        s[stage].compute_at(s[out], tile)
+    s[out].pragma(o_i, "dma_copy")
+    for t_ in extra:
+        s[t_].pragma(s[t_].op.axes[0], "dma_copy")
+    s[res].pragma(s[res].op.axes[0], "alu")
+
+    cn, co, cy, cx, cb, coo = s[conv].op.axes
+    ic, kh, kw, ii = s[conv].op.reduce_axes
+    ic_o, ic_i = s[conv].split(ic, t.in_channels)
+    s[conv].reorder(ic_o, cn, co, cy, cx, ic_i, kh, kw, cb, coo, ii)
+    for cached in (data_l, weight_l):
+        s[cached].compute_at(s[conv], ic_o)
+        s[cached].pragma(s[cached].op.axes[0], "dma_copy")
+    s[conv].tensorize(cb, gemm_intrinsic(cfg))
+    return s, inputs, out
+
+
+# -- dense ---------------------------------------------------------------------------
+
+def dense_compute(spec, cfg):
+    c = cfg
+    acc = f"int{c.acc_width}"
+    NB, KB, MB = spec.batch // c.batch, spec.in_features // c.block_in, spec.out_features // c.block_out
+    data = te.placeholder((NB, KB, c.batch, c.block_in), f"int{c.inp_width}", "data")
+    weight = te.placeholder((MB, KB, c.block_out, c.block_in), f"int{c.wgt_width}", "weight")
+    k, ii = te.reduce_axis(KB, "k"), te.reduce_axis(c.block_in, "ii")
+    shape = (NB, MB, c.batch, c.block_out)
+    prod = te.compute(shape, lambda n, m, b, oo: te.sum(
+        data[n, k, b, ii].astype(acc) * weight[m, k, oo, ii].astype(acc), [k, ii]), "dense", dtype=acc)
+    inputs = {"data": data, "weight": weight}
+    if spec.bias:
+        inputs["bias"] = te.placeholder((MB, c.batch, c.block_out), acc, "bias")
+    res = te.compute(shape, lambda n, m, b, oo: _epilogue(
+        prod[n, m, b, oo], spec, [inputs["bias"][m, b, oo]] if spec.bias else []), "epilogue", dtype=acc)
+    out = te.compute(shape, lambda *i: res[i].astype(f"int{c.out_width}"), "out", dtype=f"int{c.out_width}")
+    return inputs, out, (prod, res)
+
+
+def dense_tiles(spec, cfg, threads=None):
+    c = cfg
+    NB, KB, MB = spec.batch // c.batch, spec.in_features // c.block_in, spec.out_features // c.block_out
+    best = None
+    for T in ([threads] if threads else [2, 1]):
+        for tn, tm, tk in itertools.product(_divisors(NB), _divisors(MB), _divisors(KB)):
+            if T > 1 and (MB // tm) % T and (NB // tn) % T:
+                continue
+            inp, wgt = tn * tk * T, tm * tk * T
+            acc = (tn * tm + (tm if spec.bias else 0)) * T
+            if inp > c.inp_depth or wgt > c.wgt_depth or acc > c.acc_depth or tk > min(1024, c.uop_depth // 2):
+                continue
+            traffic = (NB // tn) * (MB // tm) * (tn * KB * c.elem_bytes("inp") + tm * KB * c.elem_bytes("wgt"))
+            key = (traffic, -tk)
+            if best is None or key < best[0]:
+                best = (key, DenseTiles(tn, tm, tk, T))
+        if best:
+            return best[1]
+    raise ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}")
+
+
+def dense(spec, config="default", tiles=None):
+    """``(schedule, inputs, output)`` of a packed dense layer with its default (or given) schedule."""
+    cfg = load_config(config)
+    c = cfg
+    for name, n, block in (("batch", spec.batch, c.batch), ("in_features", spec.in_features, c.block_in),
+                           ("out_features", spec.out_features, c.block_out)):
+        if n % block:
+            raise ScheduleError(f"{name}={n} is not a multiple of {block}; pack with runtime.layout first")
+    t = tiles or dense_tiles(spec, cfg)
+    inputs, out, (prod, res) = dense_compute(spec, cfg)
+    s = create_schedule(out)
+    s[prod].set_scope("acc")
+    s[res].set_scope("acc")
+    data_l = s.cache_read(inputs["data"], "inp", [prod])
+    weight_l = s.cache_read(inputs["weight"], "wgt", [prod])
+    extra = [s.cache_read(inputs["bias"], "acc", [res])] if spec.bias else []
+    n, m, b, oo = s[out].op.axes
+    n_o, n_i = s[out].split(n, t.batch)
+    m_o, m_i = s[out].split(m, t.out_features)
+    order = [n_o, m_o]
+    if t.threads > 1:
+        if m_o.extent % t.threads == 0:
+            m_o, vt = s[out].split(m_o, nparts=m_o.extent // t.threads)
+            order = [n_o, m_o, vt]
+        else:
+            n_o, vt = s[out].split(n_o, nparts=n_o.extent // t.threads)
+            order = [n_o, vt, m_o]
+        s[out].bind(vt, "vthread")
+    s[out].reorder(*order, n_i, m_i, b, oo)
+    tile = order[-1]
+    for stage in [prod, res] + extra:
+        s[stage].compute_at(s[out], tile)
+    s[out].pragma(n_i, "dma_copy")
+    for t_ in extra:
+        s[t_].pragma(s[t_].op.axes[0], "dma_copy")
+    s[res].pragma(s[res].op.axes[0], "alu")
+    pn, pm, pb, poo = s[prod].op.axes
+    k, ii = s[prod].op.reduce_axes
+    k_o, k_i = s[prod].split(k, t.in_features)
+    s[prod].reorder(k_o, pn, pm, k_i, pb, poo, ii)
+    for cached in (data_l, weight_l):
+        s[cached].compute_at(s[prod], k_o)
+        s[cached].pragma(s[cached].op.axes[0], "dma_copy")
+    s[prod].tensorize(pb, gemm_intrinsic(cfg))
+    return s, inputs, out

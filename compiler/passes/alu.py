@@ -1,0 +1,183 @@
+"""ALU lowering, and folding the loops around GEMM and ALU operations.
+
+:func:`lower_alu` turns an ``alu``-marked elementwise nest on an accumulator
+buffer into ALU operations. The stored value must be a chain of operations
+applied to the element itself, in place: ``((acc + bias) · m) >> s``
+clipped by ``min``/``max`` becomes ADD (vector), MUL, SHR, MAX and MIN,
+each over the whole nest (elementwise operations commute across elements,
+so the nest can be split per operation).
+
+:func:`fold_loops` then fits each GEMM/ALU operation and the loops directly
+around it into one instruction: the two largest loops whose index steps are
+non-negative become ``iter_out``/``iter_in``, the others are unrolled into
+micro-ops.
+"""
+
+import itertools
+
+from tilewright.isa import IMM_BITS, AluOp
+
+from .. import ir
+from ..expr import Binary, Cast, Const, Load, Var, linear, simplify, substitute
+from ..schedule import ScheduleError
+
+__all__ = ["AluLoweringError", "lower_alu", "fold_loops"]
+
+_OPS = {"+": AluOp.ADD, "*": AluOp.MUL, "min": AluOp.MIN, "max": AluOp.MAX, ">>": AluOp.SHR}
+_COMMUTATIVE = {"+", "*", "min", "max"}
+IMM_MIN, IMM_MAX = -(1 << (IMM_BITS - 1)), (1 << (IMM_BITS - 1)) - 1
+
+
+class AluLoweringError(ScheduleError):
+    """An epilogue the ALU cannot compute in place."""
+
+
+def _strip(e):
+    while isinstance(e, Cast):
+        e = e.value
+    return e
+
+
+def _is_target(e, target):
+    return isinstance(e, Load) and e.source is target.source and \
+        all(repr(a) == repr(b) for a, b in zip(e.indices, target.indices))
+
+
+def _mentions(e, buffer):
+    if isinstance(e, Load):
+        return e.source is buffer or any(_mentions(i, buffer) for i in e.indices)
+    return any(_mentions(getattr(e, a), buffer) for a in ("a", "b", "value", "cond", "then", "otherwise")
+               if hasattr(e, a))
+
+
+def _chain(e, target, name):
+    """``[(AluOp, operand)]`` applying which to ``target`` in order yields ``e``."""
+    e = _strip(e)
+    if _is_target(e, target):
+        return []
+    if not (isinstance(e, Binary) and e.op in ("+", "-", "*", ">>", "<<", "min", "max")):
+        raise AluLoweringError(f"{name}: the ALU cannot compute {e}")
+    inner, operand = _strip(e.a), _strip(e.b)
+    if not _mentions(inner, target.source):
+        if e.op not in _COMMUTATIVE:
+            raise AluLoweringError(f"{name}: {e} must apply to the accumulator on its left")
+        inner, operand = operand, inner
+    if _mentions(operand, target.source):
+        raise AluLoweringError(f"{name}: {e} uses the accumulator on both sides; the ALU works in place")
+    if isinstance(operand, Const):
+        value = operand.value
+        op = {"-": AluOp.ADD, "<<": AluOp.SHR}.get(e.op, _OPS.get(e.op))
+        if e.op in ("-", "<<"):
+            value = -value
+        if not IMM_MIN <= value <= IMM_MAX:
+            raise AluLoweringError(f"{name}: immediate {value} does not fit the ALU's {IMM_BITS}-bit immediate")
+        return _chain(inner, target, name) + [(op, value)]
+    if e.op in ("-", "<<", ">>"):
+        raise AluLoweringError(f"{name}: {e.op} takes an immediate operand on the ALU")
+    if not (isinstance(operand, Load) and operand.source.scope == "acc"):
+        raise AluLoweringError(f"{name}: vector operands must be accumulator buffers, found {operand}")
+    return _chain(inner, target, name) + [(_OPS[e.op], operand)]
+
+
+def lower_alu(func, cfg):
+    def rewrite(node):
+        if isinstance(node, ir.Attr) and node.key == "pragma" and node.value == "alu":
+            return _nest_to_alu(node.body)
+        return None
+    return func.with_body(ir.transform(func.body, rewrite))
+
+
+def _nest_to_alu(nest):
+    loops, node = [], nest
+    while isinstance(node, ir.For):
+        loops.append((node.var, node.extent))
+        node = node.body
+    if not isinstance(node, ir.Store) or node.buffer.scope != "acc":
+        raise AluLoweringError(f"an alu nest must store one accumulator element, found:\n{node}")
+    acc = node.buffer
+    extents = dict(loops)
+    elem = node.indices[-2:]
+    if not all(isinstance(v, Var) and extents.get(v) == n for v, n in zip(elem, acc.shape[-2:])):
+        raise AluLoweringError(f"{acc.name}: the ALU works on whole elements; loop over both element "
+                               f"dimensions innermost")
+    target = Load(acc, node.indices)
+    steps = _chain(node.value, target, acc.name)
+    if not steps:
+        raise AluLoweringError(f"{acc.name}: nothing to compute")
+    outer = [(v, n) for v, n in loops if v not in elem]
+    nests = []
+    for op, operand in steps:
+        if isinstance(operand, Load):
+            if any(i is not e for i, e in zip(operand.indices[-2:], elem)):
+                raise AluLoweringError(f"{operand.source.name}: vector operand must be indexed "
+                                       f"[.., b, o] like the accumulator")
+            alu = ir.Alu(op, acc, [ir.Uop(acc.elem_index(node.indices), operand.source.elem_index(operand.indices))],
+                         src=operand.source)
+        else:
+            alu = ir.Alu(op, acc, [ir.Uop(acc.elem_index(node.indices))], imm=operand)
+        for v, n in reversed(outer):
+            alu = ir.For(v, n, alu)
+        nests.append(alu)
+    return ir.seq(nests)
+
+
+def fold_loops(func, cfg, max_uops=None):
+    """Fold the loops around each GEMM/ALU into it (two as hardware loops, the rest as micro-ops)."""
+    limit = max_uops or cfg.uop_depth
+
+    def fold(stmt):
+        if isinstance(stmt, ir.For) and stmt.kind == "serial":
+            loops, op = [], stmt
+            while isinstance(op, ir.For) and op.kind == "serial":
+                loops.append((op.var, op.extent))
+                op = op.body
+            if isinstance(op, (ir.Gemm, ir.Alu)) and not op.loops:
+                return _fold(op, loops, limit)
+            return ir.For(stmt.var, stmt.extent, fold(stmt.body), stmt.kind)
+        if isinstance(stmt, ir.For):
+            return ir.For(stmt.var, stmt.extent, fold(stmt.body), stmt.kind)
+        if isinstance(stmt, ir.Seq):
+            return ir.seq([fold(s) for s in stmt.body])
+        if isinstance(stmt, (ir.Allocate, ir.Attr)):
+            return type(stmt)(*(fold(getattr(stmt, f)) if f == "body" else getattr(stmt, f)
+                                for f in stmt.__dataclass_fields__))
+        return stmt
+    return func.with_body(fold(func.body))
+
+
+def _steps(op, var):
+    """Index steps of ``var`` in every micro-op field, or None if one is not affine."""
+    steps = set()
+    for u in op.uops:
+        for field in ("dst", "src", "wgt"):
+            form = linear(simplify(getattr(u, field))) if not isinstance(getattr(u, field), int) else ({}, 0)
+            if form is None:
+                return None
+            steps.add((field, form[0].get(var, 0)))
+    return steps
+
+
+def _fold(op, loops, max_uops):
+    candidates = []
+    for v, n in loops:
+        steps = _steps(op, v)
+        if steps is not None and all(c >= 0 for _, c in steps) and len({f for f, _ in steps}) == len(steps):
+            candidates.append((n, -loops.index((v, n)), v))
+    folded = {v for _, _, v in sorted(candidates, reverse=True)[:2]}
+    kept = [(v, n) for v, n in loops if v in folded]
+    unrolled = [(v, n) for v, n in loops if v not in folded]
+    count = len(op.uops)
+    for _, n in unrolled:
+        count *= n
+    if count > max_uops:
+        raise ScheduleError(f"{op.acc.name}: {count} micro-ops in one instruction exceed the uop buffer "
+                            f"({max_uops}); use smaller tiles")
+    uops = []
+    for values in itertools.product(*(range(n) for _, n in unrolled)):
+        env = {v: k for (v, _), k in zip(unrolled, values)}
+        for u in op.uops:
+            uops.append(ir.Uop(*(simplify(substitute(getattr(u, f), env)) if not isinstance(getattr(u, f), int)
+                                 else getattr(u, f) for f in ("dst", "src", "wgt"))))
+    clone = ir.Gemm(op.acc, op.inp, op.wgt, uops, kept, op.reset) if isinstance(op, ir.Gemm) else \
+        ir.Alu(op.op, op.acc, uops, kept, op.imm, op.src)
+    return clone

@@ -1,0 +1,261 @@
+"""Code generation: the loop IR becomes a :class:`~tilewright.compiler.program.Program`.
+
+1. Remaining loops are unrolled; every DMA, GEMM and ALU operation becomes
+   one instruction with concrete fields (the two folded loops become
+   ``iter_out``/``iter_in`` and their index steps the factors).
+2. Micro-op kernels are deduplicated and placed in the uop buffer: all at
+   once when they fit, else in a ring reloaded before use.
+3. Latency hiding, part 2: dependency tokens from read/write analysis. Each
+   instruction's SRAM reads and writes are intervals; when an instruction
+   conflicts (RAW, WAR or WAW) with one of a neighbouring stream not yet
+   ordered before it, a token is pushed after that stream's last
+   instruction and popped before this one. FINISH waits for the last load
+   and store the same way. Only conflicts create tokens, so replicated
+   (virtual-thread) buffers let load run ahead of compute.
+4. The DRAM image: one aligned segment per tensor, the micro-op words, and
+   zeros for fully padded tiles.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilewright import isa
+from tilewright.builder import ProgramBuilder
+from tilewright.isa import Alu, Gemm, Load, MemType, Store, Stream
+
+from .. import ir
+from ..expr import evaluate
+from ..program import ALIGN, Program, Segment
+from ..schedule import ScheduleError
+
+__all__ = ["CodegenError", "codegen"]
+
+L, C, S = Stream.LOAD, Stream.COMPUTE, Stream.STORE
+_NEIGHBOURS = {L: (C,), C: (L, S), S: (C,)}
+
+
+class CodegenError(ScheduleError):
+    """An operation whose fields do not fit the instruction set."""
+
+
+@dataclass
+class _Access:
+    """What one instruction reads and writes: lists of (memory, lo, hi) intervals."""
+    stream: Stream
+    reads: list
+    writes: list
+
+    def conflicts(self, other):
+        def hit(a, b):
+            return any(m == n and lo <= hi2 and lo2 <= hi for m, lo, hi in a for n, lo2, hi2 in b)
+        return hit(self.writes, other.reads + other.writes) or hit(self.reads, other.writes)
+
+
+def _value(e, env):
+    return e if isinstance(e, int) else evaluate(e, env)
+
+
+class _Emitter:
+    def __init__(self, func, cfg):
+        self.func, self.cfg = func, cfg
+        self.items = []              # (kind, fields) in program order, before uop placement
+        self.kernels = {}            # kernel tuple -> index
+        self.zero_elems = {}         # MemType -> elements of zeros needed
+
+    # -- 1. flatten --------------------------------------------------------------------
+
+    def flatten(self, stmt, env):
+        if isinstance(stmt, ir.Seq):
+            for s in stmt.body:
+                self.flatten(s, env)
+        elif isinstance(stmt, ir.For):
+            if stmt.kind != "serial":
+                raise CodegenError(f"loop {stmt.var.name} is still a {stmt.kind} loop; inject virtual threads first")
+            for k in range(stmt.extent):
+                env[stmt.var] = k
+                self.flatten(stmt.body, env)
+            del env[stmt.var]
+        elif isinstance(stmt, (ir.Allocate, ir.Attr)):
+            if isinstance(stmt, ir.Attr):
+                raise CodegenError(f"unlowered {stmt.key} mark ({stmt.value}); a pass is missing")
+            self.flatten(stmt.body, env)
+        elif isinstance(stmt, ir.Dma):
+            self.items.append(("dma", self.dma(stmt, env)))
+        elif isinstance(stmt, (ir.Gemm, ir.Alu)):
+            self.items.append(("loop", self.loop_op(stmt, env)))
+        elif isinstance(stmt, ir.Store):
+            raise CodegenError(f"{stmt.buffer.name}: an element-wise store is left that no pass turned into "
+                               f"DMA, GEMM or ALU (mark it with a pragma or tensorize)")
+        else:
+            raise CodegenError(f"cannot generate code for {stmt!r}")
+
+    def dma(self, d, env):
+        v = {f: _value(getattr(d, f), env) for f in ("sram_index", "dram_index", "y_size", "x_size", "x_stride")}
+        pads = [_value(p, env) for p in d.pads]
+        sram = d.sram.offset + v["sram_index"]
+        seg = self.func_segment(d.dram)
+        elem = self.cfg.elem_bytes(d.mem.dram_elem)
+        dram = seg // elem + v["dram_index"]
+        y, x, stride = v["y_size"], v["x_size"], v["x_stride"]
+        if d.direction == "store":
+            insn = Store(memory_type=MemType.OUT, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
+                         x_stride=stride)
+            return insn, _Access(S, [("out", sram, sram + y * x - 1)], [])
+        rows, cols = pads[0] + y + pads[1], pads[2] + x + pads[3]
+        if y <= 0 or x <= 0:     # the whole tile is padding: read zeros, one row over and over
+            self.zero_elems[d.mem] = max(self.zero_elems.get(d.mem, 0), cols)
+            insn = Load(memory_type=d.mem, sram_base=sram, dram_base=("zero", d.mem), y_size=rows, x_size=cols,
+                        x_stride=0)
+        else:
+            insn = Load(memory_type=d.mem, sram_base=sram, dram_base=dram, y_size=y, x_size=x, x_stride=stride,
+                        y_pad0=pads[0], y_pad1=pads[1], x_pad0=pads[2], x_pad1=pads[3])
+        scope = {MemType.INP: "inp", MemType.WGT: "wgt"}.get(d.mem, "acc")
+        stream = L if d.mem in (MemType.INP, MemType.WGT) else C
+        return insn, _Access(stream, [], [(scope, sram, sram + rows * cols - 1)])
+
+    def loop_op(self, op, env):
+        """(kind, kernel, loop fields, access) of a GEMM/ALU with concrete values."""
+        folded = [v for v, _ in op.loops]
+        extents = [n for _, n in op.loops]
+        base_env = {**env, **{v: 0 for v in folded}}
+        offsets = {"dst": op.acc.offset}
+        if isinstance(op, ir.Gemm):
+            offsets.update(src=op.inp.offset if op.inp else 0, wgt=op.wgt.offset if op.wgt else 0)
+        else:
+            offsets.update(src=op.src.offset if op.src else 0, wgt=0)
+        kernel = []
+        for u in op.uops:
+            kernel.append(tuple(_value(getattr(u, f), base_env) + (offsets[f] if getattr(u, f) is not None else 0)
+                                for f in ("dst", "src", "wgt")))
+        if isinstance(op, ir.Alu) and op.imm is not None:
+            kernel = [(d, 0, 0) for d, _, _ in kernel]
+        if isinstance(op, ir.Gemm) and op.reset:
+            kernel = [(d, 0, 0) for d, _, _ in kernel]
+        factors = []
+        for v in folded:
+            step = {f: _value(getattr(op.uops[0], f), {**base_env, v: 1}) - _value(getattr(op.uops[0], f), base_env)
+                    for f in ("dst", "src", "wgt")}
+            factors.append(step)
+        while len(factors) < 2:
+            factors.insert(0, {"dst": 0, "src": 0, "wgt": 0})
+            extents.insert(0, 1)
+        (n_out, n_in), (f_out, f_in) = extents, factors
+        span = {f: (n_out - 1) * f_out[f] + (n_in - 1) * f_in[f] for f in ("dst", "src", "wgt")}
+        lo = {f: min(k[i] for k in kernel) for i, f in enumerate(("dst", "src", "wgt"))}
+        hi = {f: max(k[i] for k in kernel) + span[f] for i, f in enumerate(("dst", "src", "wgt"))}
+        loops = dict(iter_out=n_out, iter_in=n_in, dst_factor_out=f_out["dst"], dst_factor_in=f_in["dst"],
+                     src_factor_out=f_out["src"], src_factor_in=f_in["src"])
+        writes = [("acc", lo["dst"], hi["dst"]), ("out", lo["dst"], hi["dst"])]
+        if isinstance(op, ir.Gemm):
+            loops.update(wgt_factor_out=f_out["wgt"], wgt_factor_in=f_in["wgt"])
+            reads = [] if op.reset else [("inp", lo["src"], hi["src"]), ("wgt", lo["wgt"], hi["wgt"])]
+            make = lambda bgn, end: Gemm(reset=op.reset, uop_bgn=bgn, uop_end=end, **loops)  # noqa: E731
+        else:
+            reads = [("acc", lo["dst"], hi["dst"])]
+            if op.imm is None:
+                reads.append(("acc", lo["src"], hi["src"]))
+            imm = op.imm if op.imm is not None else 0
+            make = lambda bgn, end: Alu(alu_op=op.op, use_imm=op.imm is not None, imm=imm,  # noqa: E731
+                                        uop_bgn=bgn, uop_end=end, **loops)
+        kernel = tuple(kernel)
+        self.kernels.setdefault(kernel, len(self.kernels))
+        return kernel, make, _Access(C, reads, writes)
+
+    def func_segment(self, buf):
+        return self.segments[buf.name].offset
+
+    # -- 4. DRAM image -------------------------------------------------------------------
+
+    def layout(self):
+        self.segments, offset = {}, 0
+        for b in self.func.params:
+            nbytes = int(np.prod(b.shape)) * int(b.dtype[3:]) // 8
+            role = "output" if b in self.func.outputs else "input"
+            self.segments[b.name] = Segment(b.name, offset, nbytes, role, tuple(b.shape), b.dtype)
+            offset += -(-nbytes // ALIGN) * ALIGN
+        return offset
+
+    # -- 2, 3. micro-ops, tokens, instructions -------------------------------------------------
+
+    def emit(self):
+        cfg = self.cfg
+        offset = self.layout()
+        self.flatten(self.func.body, {})
+        # Micro-op words: each distinct kernel once, in first-use order.
+        uop_fmt, kernels = isa.uop_format(cfg), sorted(self.kernels, key=self.kernels.get)
+        words, dram_pos = [], {}
+        for k in kernels:
+            dram_pos[k] = len(words)
+            words += [uop_fmt.pack(isa.Uop(dst=d, src=s, wgt=w)) for d, s, w in k]
+        uop_bytes = cfg.elem_bytes("uop")
+        uop_seg = Segment("uops", offset, max(1, len(words)) * uop_bytes, "uop")
+        offset += -(-uop_seg.nbytes // ALIGN) * ALIGN
+        self.segments["uops"] = uop_seg
+        for mem, count in self.zero_elems.items():
+            nbytes = count * cfg.elem_bytes(mem.dram_elem)
+            self.segments[f"zero_{mem.name.lower()}"] = Segment(f"zero_{mem.name.lower()}", offset, nbytes, "zero")
+            offset += -(-nbytes // ALIGN) * ALIGN
+        for k in kernels:
+            if len(k) > cfg.uop_depth:
+                raise CodegenError(f"a micro-op kernel of {len(k)} exceeds the uop buffer ({cfg.uop_depth})")
+
+        b = ProgramBuilder()
+        uncovered = {(p, c): [] for c, ps in _NEIGHBOURS.items() for p in ps}
+
+        def sync_and_emit(insn, access):
+            for p in _NEIGHBOURS[access.stream]:
+                pending = uncovered[(p, access.stream)]
+                if any(access.conflicts(a) for a in pending):
+                    b.push(p, access.stream)
+                    b.pop(p, access.stream)
+                    pending.clear()
+            b.emit(insn)
+            for c in _NEIGHBOURS[access.stream]:
+                uncovered[(access.stream, c)].append(access)
+
+        # Resident micro-op kernels: all at once when they fit, else a ring.
+        total = len(words)
+        resident, ring = {}, 0
+        if total <= cfg.uop_depth:
+            if total:
+                b.emit(Load(memory_type=MemType.UOP, sram_base=0, dram_base=uop_seg.offset // uop_bytes,
+                            y_size=1, x_size=total, x_stride=total))
+            resident = {k: dram_pos[k] for k in kernels}
+        for kind, item in self.items:
+            if kind == "dma":
+                insn, access = item
+                if isinstance(insn.dram_base, tuple):
+                    seg = self.segments[f"zero_{insn.dram_base[1].name.lower()}"]
+                    insn = insn.replace(dram_base=seg.offset // cfg.elem_bytes(insn.memory_type.dram_elem))
+                sync_and_emit(insn, access)
+                continue
+            kernel, make, access = item
+            if kernel not in resident:
+                if ring + len(kernel) > cfg.uop_depth:
+                    ring = 0
+                lo, hi = ring, ring + len(kernel)
+                resident = {k: p for k, p in resident.items() if p + len(k) <= lo or p >= hi}
+                b.emit(Load(memory_type=MemType.UOP, sram_base=lo, dram_base=uop_seg.offset // uop_bytes + dram_pos[kernel],
+                            y_size=1, x_size=len(kernel), x_stride=len(kernel)))
+                resident[kernel] = lo
+                ring = hi
+            start = resident[kernel]
+            sync_and_emit(make(start, start + len(kernel)), access)
+        for p in (L, S):
+            if uncovered[(p, C)]:
+                b.push(p, C)
+                b.pop(p, C)
+        instructions = b.finish()
+        for insn in instructions:
+            try:
+                isa.instruction_format(type(insn), cfg).check(insn)
+            except isa.IsaError as e:
+                raise CodegenError(f"{e}: the schedule needs a field the ISA cannot hold; use smaller tiles") from None
+        uop_words = np.array(words, dtype=f"<u{uop_bytes}")
+        return Program(self.func.name, cfg, instructions, self.segments, uop_words, offset)
+
+
+def codegen(func, cfg):
+    """Instructions, micro-ops and DRAM layout of a fully lowered ``func``."""
+    return _Emitter(func, cfg).emit()

@@ -1,0 +1,65 @@
+"""Latency hiding, part 1: virtual threads become one interleaved instruction stream.
+
+A loop bound to ``n`` virtual threads is unrolled: every buffer allocated
+inside it has ``n`` replicas (planned by storage planning), thread ``v``
+uses replica ``v``, and the threads' statements are interleaved statement
+by statement, descending into loops they share. The loads of thread 1 then
+come before the GEMMs of thread 0 in program order, and dependency tokens
+(inserted at code generation from read/write analysis) let the load stream
+run ahead while compute works on the other replica. Statements that use
+neither the thread variable nor a replicated buffer run once.
+"""
+
+from .. import ir
+from ..expr import substitute
+from ..schedule import ScheduleError
+
+__all__ = ["inject_virtual_threads"]
+
+
+def inject_virtual_threads(func, cfg=None):
+    def rewrite(node):
+        if isinstance(node, ir.For) and node.kind == "vthread":
+            return _interleave(node)
+        return None
+    return func.with_body(ir.transform(func.body, rewrite))
+
+
+def _replica(buf, v):
+    clone = ir.Buffer(f"{buf.name}[{v}]" if buf.replicas > 1 else buf.name, buf.shape, buf.dtype, buf.scope,
+                      buf.tensor)
+    clone.offset = buf.offset + v * buf.elements
+    return clone
+
+
+def _interleave(loop):
+    n, vt = loop.extent, loop.var
+    local = []
+    ir.walk(loop.body, lambda s: local.append(s.buffer) if isinstance(s, ir.Allocate) else None)
+    for b in local:
+        if b.offset is None or b.replicas < n:
+            raise ScheduleError(f"{b.name}: plan storage before injecting virtual threads")
+    replicas = {b: [_replica(b, v) for v in range(n)] for b in local}
+    local_set = set(local)
+
+    def depends(stmt):
+        variables, buffers = ir.uses(stmt)
+        return vt in variables or bool(buffers & local_set)
+
+    def thread(stmt, v):
+        return ir.map_leaf(stmt, lambda e: substitute(e, {vt: v}), lambda b: replicas[b][v] if b in replicas else b)
+
+    def weave(stmt):
+        if isinstance(stmt, ir.Seq):
+            return ir.seq([weave(s) for s in stmt.body])
+        if isinstance(stmt, ir.Allocate):
+            return ir.Allocate(stmt.buffer, weave(stmt.body))
+        if isinstance(stmt, ir.Attr):
+            return ir.Attr(stmt.key, stmt.value, weave(stmt.body))
+        if isinstance(stmt, ir.For):
+            if stmt.kind == "vthread":
+                raise ScheduleError("nested virtual-thread loops are not supported; bind one axis")
+            return ir.For(stmt.var, stmt.extent, weave(stmt.body)) if depends(stmt.body) else stmt
+        return ir.seq([thread(stmt, v) for v in range(n)]) if depends(stmt) else stmt
+
+    return weave(loop.body)

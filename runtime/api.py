@@ -1,0 +1,123 @@
+"""One-call operators: ``tilewright.conv2d`` and ``tilewright.dense``.
+
+They pack NCHW / N×K int8 tensors into the accelerator's layouts (padding
+channels to the blocks), compile the operator once per shape and config
+(cached), run it on a backend and unpack the int8 result::
+
+    out, stats = tilewright.conv2d(x, w, b, stride=1, padding=1, mul=3, shift=9, relu=True)
+
+The result equals ``clip(((acc + bias [+ residual]) · mul) >> shift, lo, 127)``
+in int32 two's complement with an arithmetic shift, ``acc`` the exact
+convolution or product, ``lo`` 0 with ``relu`` else −128.
+"""
+
+import functools
+
+import numpy as np
+
+from tilewright.compiler import build
+from tilewright.compiler.ops import Conv2dSpec, DenseSpec, conv2d as conv2d_schedule, dense as dense_schedule
+from tilewright.config import load_config
+from tilewright.isa import IMM_BITS
+
+from .device import get_device
+from .layout import pack_bias, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
+
+__all__ = ["conv2d", "dense", "compile_conv2d", "compile_dense", "OperatorError"]
+
+
+class OperatorError(ValueError):
+    """Bad arguments to an operator (the message names the argument)."""
+
+
+def _int_array(x, name, dtype, ndim):
+    x = np.asarray(x)
+    if x.dtype != np.dtype(dtype):
+        raise OperatorError(f"{name} must be {dtype}, not {x.dtype}")
+    if x.ndim != ndim:
+        raise OperatorError(f"{name} must have {ndim} dimensions, not shape {x.shape}")
+    return x
+
+
+def _check_epilogue(mul, shift):
+    limit = 1 << (IMM_BITS - 1)
+    if not isinstance(mul, (int, np.integer)) or not -limit <= mul < limit:
+        raise OperatorError(f"mul={mul!r} must be an integer in [{-limit}, {limit - 1}]")
+    if not isinstance(shift, (int, np.integer)) or not 0 <= shift < 64:
+        raise OperatorError(f"shift={shift!r} must be an integer in [0, 63]")
+
+
+@functools.lru_cache(maxsize=64)
+def compile_conv2d(spec, config):
+    """The :class:`Program` of a packed conv2d (cached per spec and config)."""
+    s, _, _ = conv2d_schedule(spec, config)
+    return build(s, config)
+
+
+@functools.lru_cache(maxsize=64)
+def compile_dense(spec, config):
+    s, _, _ = dense_schedule(spec, config)
+    return build(s, config)
+
+
+def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
+           config="default", backend="fsim"):
+    """int8 NCHW ``data`` ⊛ int8 OIHW ``weight`` (+ int32 ``bias``) with the requantizing epilogue.
+
+    Returns ``(output, stats)``: int8 ``N×O×OH×OW`` and the backend's counters.
+    """
+    cfg = load_config(config)
+    data = _int_array(data, "data", "int8", 4)
+    weight = _int_array(weight, "weight", "int8", 4)
+    N, C, H, W = data.shape
+    O, I, KH, KW = weight.shape
+    if I != C:
+        raise OperatorError(f"weight has {I} input channels, data has {C}")
+    if not (isinstance(stride, int) and stride >= 1 and isinstance(padding, int) and padding >= 0):
+        raise OperatorError(f"stride must be ≥ 1 and padding ≥ 0 integers, got {stride!r}, {padding!r}")
+    _check_epilogue(mul, shift)
+    OH, OW = (H + 2 * padding - KH) // stride + 1, (W + 2 * padding - KW) // stride + 1
+    if OH < 1 or OW < 1:
+        raise OperatorError(f"a {KH}x{KW} kernel does not fit a {H}x{W} input padded by {padding}")
+    spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
+                      (KH, KW), stride, padding, bias=bias is not None, residual=residual is not None,
+                      mul=int(mul), shift=int(shift), relu=bool(relu))
+    tensors = {"data": pack_nchw(data, cfg.batch, cfg.block_in),
+               "weight": pack_oihw(weight, cfg.block_out, cfg.block_in)}
+    if bias is not None:
+        bias = _int_array(bias, "bias", "int32", 1)
+        if bias.size != O:
+            raise OperatorError(f"bias has {bias.size} values for {O} output channels")
+        tensors["bias"] = pack_bias(bias, cfg.batch, cfg.block_out)
+    if residual is not None:
+        residual = _int_array(residual, "residual", "int8", 4)
+        if residual.shape != (N, O, OH, OW):
+            raise OperatorError(f"residual has shape {residual.shape}, the output is {(N, O, OH, OW)}")
+        tensors["residual"] = pack_nchw(residual, cfg.batch, cfg.block_out)
+    program = compile_conv2d(spec, cfg)
+    outputs, stats = get_device(backend, cfg).run_program(program, tensors)
+    return unpack_nchw(outputs["out"], N, O), stats
+
+
+def dense(data, weight, bias=None, *, mul=1, shift=0, relu=False, config="default", backend="fsim"):
+    """int8 ``data`` (N×K) · int8 ``weight`` (M×K)ᵀ (+ int32 ``bias``) with the requantizing epilogue."""
+    cfg = load_config(config)
+    data = _int_array(data, "data", "int8", 2)
+    weight = _int_array(weight, "weight", "int8", 2)
+    N, K = data.shape
+    M, K2 = weight.shape
+    if K2 != K:
+        raise OperatorError(f"weight has {K2} input features, data has {K}")
+    _check_epilogue(mul, shift)
+    spec = DenseSpec(round_up(N, cfg.batch), round_up(K, cfg.block_in), round_up(M, cfg.block_out),
+                     bias=bias is not None, mul=int(mul), shift=int(shift), relu=bool(relu))
+    tensors = {"data": pack_rows(data, cfg.batch, cfg.block_in),
+               "weight": pack_rows(weight, cfg.block_out, cfg.block_in)}
+    if bias is not None:
+        bias = _int_array(bias, "bias", "int32", 1)
+        if bias.size != M:
+            raise OperatorError(f"bias has {bias.size} values for {M} outputs")
+        tensors["bias"] = pack_bias(bias, cfg.batch, cfg.block_out)
+    program = compile_dense(spec, cfg)
+    outputs, stats = get_device(backend, cfg).run_program(program, tensors)
+    return unpack_rows(outputs["out"], N, M), stats

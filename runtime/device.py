@@ -1,0 +1,116 @@
+"""The device interface, and its functional-simulator backend.
+
+A :class:`Device` owns DRAM (allocate, copy in, copy out) and runs
+:class:`~tilewright.compiler.program.Program`\\ s. :meth:`Device.run_program`
+places a program's image (tensors, micro-ops, zeros) and instructions in
+DRAM, runs it and returns the output tensors and counters; the backends
+differ only in how instructions execute.
+"""
+
+import numpy as np
+
+from tilewright import isa
+from tilewright.config import load_config
+from tilewright.compiler.program import ALIGN
+
+__all__ = ["DeviceError", "Device", "FsimDevice", "get_device"]
+
+
+class DeviceError(RuntimeError):
+    """A run that failed on the device (the message carries the error code)."""
+
+
+class Device:
+    """Common host-side logic; subclasses provide ``dram`` and ``_execute``."""
+
+    backend = None
+
+    def __init__(self, config):
+        self.cfg = load_config(config)
+
+    # -- memory --------------------------------------------------------------------------
+
+    def alloc(self, nbytes, align=ALIGN):
+        return self.dram.alloc(nbytes, align=align)
+
+    def free(self, addr):
+        self.dram.free(addr)
+
+    def write(self, addr, array):
+        self.dram.write(addr, np.ascontiguousarray(array))
+
+    def read(self, addr, dtype, shape):
+        return self.dram.read_array(addr, dtype, shape)
+
+    # -- programs ------------------------------------------------------------------------
+
+    def run_program(self, program, tensors):
+        """Run ``program`` with input ``tensors`` (name → packed array); returns (outputs, stats)."""
+        if program.fingerprint != self.cfg.fingerprint:
+            raise DeviceError(f"program {program.name} was compiled for config {program.config.name} "
+                              f"({program.fingerprint}), the device runs {self.cfg.name} ({self.cfg.fingerprint})")
+        missing = [s.name for s in program.inputs if s.name not in tensors]
+        if missing:
+            raise DeviceError(f"program {program.name} needs input(s) {', '.join(missing)}")
+        base = self.alloc(program.dram_bytes)
+        try:
+            for seg in program.segments.values():
+                if seg.role == "input":
+                    array = np.asarray(tensors[seg.name])
+                    if array.shape != seg.shape:
+                        raise DeviceError(f"input {seg.name} has shape {array.shape}, the program expects {seg.shape}")
+                    self.write(base + seg.offset, array.astype(seg.dtype, copy=False))
+                elif seg.role == "uop":
+                    self.write(base + seg.offset, program.uop_words)
+                else:
+                    self.write(base + seg.offset, np.zeros(seg.nbytes, dtype=np.uint8))
+            binary = isa.encode_program(program.instructions_at(base), self.cfg)
+            insn_addr = self.alloc(len(binary), align=64)
+            try:
+                self.write(insn_addr, np.frombuffer(binary, dtype=np.uint8))
+                stats = self._execute(insn_addr, len(binary) // isa.INSN_BYTES)
+            finally:
+                self.free(insn_addr)
+            outputs = {s.name: self.read(base + s.offset, s.dtype, s.shape) for s in program.outputs}
+        finally:
+            self.free(base)
+        return outputs, stats
+
+
+class FsimDevice(Device):
+    """The functional simulator as a device."""
+
+    backend = "fsim"
+
+    def __init__(self, config="default", *, dram_bytes=512 << 20):
+        super().__init__(config)
+        from tilewright.sim import FunctionalSimulator
+        self.sim = FunctionalSimulator(self.cfg, dram_bytes=dram_bytes)
+        self.dram = self.sim.dram
+
+    def _execute(self, insn_addr, count):
+        from tilewright.sim import SimError
+        try:
+            run = self.sim.run_dram(insn_addr, count)
+        except SimError as e:
+            raise DeviceError(f"fsim stopped: {e}") from None
+        return {
+            "gemm_uops": run.gemm_uops, "alu_uops": run.alu_uops,
+            "dram_bytes_read": run.total_bytes_read, "dram_bytes_written": run.total_bytes_written,
+            "instructions": sum(run.instructions.values()),
+            "bytes_read_by_type": dict(run.dram_bytes_read), "instructions_by_stream": dict(run.instructions),
+        }
+
+
+_DEVICES = {}
+
+
+def get_device(backend="fsim", config="default"):
+    """A shared device of ``backend`` for ``config``."""
+    cfg = load_config(config)
+    key = (backend, cfg.fingerprint)
+    if key not in _DEVICES:
+        if backend != "fsim":
+            raise DeviceError(f"unknown backend {backend!r} (available: fsim)")
+        _DEVICES[key] = FsimDevice(cfg)
+    return _DEVICES[key]
