@@ -25,6 +25,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/fsim_matmul.py
+	$(PY) benchmarks/compile_resnet.py
 	$(PY) benchmarks/rtl_throughput.py --config small
 	$(PY) benchmarks/rtl_throughput.py --config default
 

@@ -303,7 +303,9 @@ def simplify(e):
         a, b = simplify(e.a), simplify(e.b)
         if isinstance(a, Const) and isinstance(b, Const):
             return Const(_OPS[e.op](a.value, b.value))
-        return Binary(e.op, a, b)
+        out = Binary(e.op, a, b)
+        form = linear(out)
+        return _from_linear(*form) if form is not None else out
     if isinstance(e, Select):
         c = simplify(e.cond)
         if isinstance(c, Const):
@@ -357,7 +359,10 @@ def _render(e, parent=0):
         if e.op in ("min", "max"):
             return f"{e.op}({_render(e.a)}, {_render(e.b)})"
         p = _PREC[e.op]
-        text = f"{_render(e.a, p)} {e.op} {_render(e.b, p + 1)}"
+        if e.op == "+" and isinstance(e.b, Const) and e.b.value < 0:
+            text = f"{_render(e.a, p)} - {-e.b.value}"
+        else:
+            text = f"{_render(e.a, p)} {e.op} {_render(e.b, p + 1)}"
         return f"({text})" if p < parent else text
     if isinstance(e, Cast):
         return f"{e.dtype}({_render(e.value)})"

@@ -48,9 +48,6 @@ def _exec(stmt, env, arrays):
             _exec(stmt.body, env, arrays)
         env.pop(stmt.var, None)
     elif isinstance(stmt, ir.Allocate):
-        b = stmt.buffer
-        if b not in arrays:
-            arrays[b] = np.zeros(b.shape, dtype=np.int64)
         _exec(stmt.body, env, arrays)
     elif isinstance(stmt, ir.Attr):
         _exec(stmt.body, env, arrays)
@@ -119,13 +116,21 @@ def _alu_uop(a, u, env, arrays):
     acc[d] = alu_op(a.op, acc[d], b, DTYPE_BITS[a.acc.dtype])
 
 
+class _Memory(dict):
+    """Arrays per buffer; an on-chip buffer (or a per-thread replica) starts as zeros on first use."""
+
+    def __missing__(self, buffer):
+        self[buffer] = np.zeros(buffer.shape, dtype=np.int64)
+        return self[buffer]
+
+
 def run_ir(func, values):
     """Execute ``func``; ``values`` maps its tensors (or their names) to arrays; returns every global array.
 
     Parameters not given start as zeros.
     """
     by_name = {b.name: b for b in func.params}
-    arrays = {b: np.zeros(b.shape, dtype=np.int64) for b in func.params}
+    arrays = _Memory({b: np.zeros(b.shape, dtype=np.int64) for b in func.params})
     for key, array in values.items():
         buf = func.buffer(key) if not isinstance(key, str) else by_name[key]
         arrays[buf] = np.asarray(array, dtype=np.int64).copy()

@@ -13,10 +13,12 @@ tensor element by element, and is that tensor's only reader, is computed in
 place (it shares the buffer): the ALU works in place.
 """
 
+import random
 from collections import defaultdict
 
 from . import ir
-from .expr import Load, Reduce, as_expr, linear, map_loads, simplify, substitute
+
+from .expr import Load, Reduce, as_expr, evaluate, free_vars, interval, linear, map_loads, simplify, substitute
 from .schedule import ScheduleError
 
 __all__ = ["LowerError", "lower"]
@@ -152,23 +154,8 @@ class _Lowering:
             free_ranges = {v.var: v.extent for v in free}
             env = self.absolute_roots(consumer)
             for load in self.loads_of(consumer, producer.tensor):
-                dims = []
-                for k, index in enumerate(load.indices):
-                    form = linear(simplify(substitute(index, env)))
-                    if form is None:
-                        raise LowerError(f"cannot infer the region of {producer.name} read by "
-                                         f"{consumer.name}: index {index} is not affine")
-                    coeffs, const = form
-                    start, span = const, 0
-                    fixed = {}
-                    for var, c in coeffs.items():
-                        if var in free_ranges:
-                            lo, hi = sorted((0, c * (free_ranges[var] - 1)))
-                            start += lo
-                            span += hi - lo
-                        else:
-                            fixed[var] = c
-                    dims.append((fixed, start, span))
+                dims = [self.index_range(simplify(substitute(index, env)), free_ranges, producer, consumer)
+                        for index in load.indices]
                 ranges.append(dims)
         region = []
         for k in range(len(producer.op.axes)):
@@ -183,6 +170,44 @@ class _Lowering:
         self.offsets[producer] = [start for start, _ in region]
         producer.rebase({ax: extent for ax, (_, extent) in zip(producer.op.axes, region)})
         return consumers
+
+    @staticmethod
+    def index_range(index, free_ranges, producer, consumer):
+        """``(fixed terms, start, span)``: ``index`` = fixed + [start, start + span] over the free loops.
+
+        Affine indices are split exactly. Others (from ``fuse``) must separate into a part of the
+        fixed loops and a part of the free ones; the free part's bounds then come from interval
+        arithmetic.
+        """
+        form = linear(index)
+        if form is not None:
+            coeffs, start = form
+            span, fixed = 0, {}
+            for var, c in coeffs.items():
+                if var in free_ranges:
+                    lo, hi = sorted((0, c * (free_ranges[var] - 1)))
+                    start += lo
+                    span += hi - lo
+                else:
+                    fixed[var] = c
+            return fixed, start, span
+        others = free_vars(index) - set(free_ranges)
+        zero_free = simplify(substitute(index, {v: 0 for v in free_ranges}))
+        free_part = simplify(substitute(index, {v: 0 for v in others}))
+        base = evaluate(substitute(free_part, {v: 0 for v in free_ranges}), {})
+        rng = random.Random(0)
+        for _ in range(8):          # index = zero_free + (free_part - base), checked on samples
+            env = {v: rng.randrange(-50, 50) for v in others} | {v: rng.randrange(n) for v, n in free_ranges.items()}
+            if evaluate(index, env) != evaluate(zero_free, env) + evaluate(free_part, env) - base:
+                break
+        else:
+            bounds = interval(free_part, {v: (0, n - 1) for v, n in free_ranges.items()})
+            fixed_form = linear(zero_free)
+            if bounds is not None and fixed_form is not None:
+                fixed, const = fixed_form
+                return fixed, const + bounds[0] - base, bounds[1] - bounds[0]
+        raise LowerError(f"cannot infer the region of {producer.name} read by {consumer.name}: "
+                         f"index {index} is neither affine nor separable")
 
     def buffer_for(self, producer, shape, consumers):
         t = producer.tensor

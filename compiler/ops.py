@@ -138,7 +138,8 @@ def conv2d_compute(spec, cfg):
         return _epilogue(conv[n, o, y, x, b, oo], spec, terms)
 
     res = te.compute(shape, epilogue, "epilogue", dtype=acc)
-    out = te.compute(shape, lambda *i: res[i].astype(f"int{c.out_width}"), "out", dtype=f"int{c.out_width}")
+    out = te.compute(shape, lambda n, o, y, x, b, oo: res[n, o, y, x, b, oo].astype(f"int{c.out_width}"),
+                     "out", dtype=f"int{c.out_width}")
     return inputs, out, (padded, conv, res)
 
 
@@ -211,6 +212,9 @@ def conv2d(spec, config="default", tiles=None):
     x_o, x_i = s[out].split(x, t.cols)
     order = [n, o_o, y_o, x_o]
     if t.threads > 1:        # one tile per virtual thread, along channels or rows
+        if o_o.extent % t.threads and y_o.extent % t.threads:
+            raise ScheduleError(f"{t.threads} virtual threads need the output-channel tiles ({o_o.extent}) or "
+                                f"the row tiles ({y_o.extent}) to be a multiple of {t.threads}")
         if (o_o.extent % t.threads) == 0:
             o_o, vt = s[out].split(o_o, nparts=o_o.extent // t.threads)
             order = [n, o_o, vt, y_o, x_o]
@@ -255,7 +259,8 @@ def dense_compute(spec, cfg):
         inputs["bias"] = te.placeholder((MB, c.batch, c.block_out), acc, "bias")
     res = te.compute(shape, lambda n, m, b, oo: _epilogue(
         prod[n, m, b, oo], spec, [inputs["bias"][m, b, oo]] if spec.bias else []), "epilogue", dtype=acc)
-    out = te.compute(shape, lambda *i: res[i].astype(f"int{c.out_width}"), "out", dtype=f"int{c.out_width}")
+    out = te.compute(shape, lambda n, m, b, oo: res[n, m, b, oo].astype(f"int{c.out_width}"), "out",
+                     dtype=f"int{c.out_width}")
     return inputs, out, (prod, res)
 
 
@@ -301,6 +306,9 @@ def dense(spec, config="default", tiles=None):
     m_o, m_i = s[out].split(m, t.out_features)
     order = [n_o, m_o]
     if t.threads > 1:
+        if m_o.extent % t.threads and n_o.extent % t.threads:
+            raise ScheduleError(f"{t.threads} virtual threads need the output tiles ({m_o.extent}) or "
+                                f"the batch tiles ({n_o.extent}) to be a multiple of {t.threads}")
         if m_o.extent % t.threads == 0:
             m_o, vt = s[out].split(m_o, nparts=m_o.extent // t.threads)
             order = [n_o, m_o, vt]

@@ -9,6 +9,7 @@ program on another config is refused.
 """
 
 import io
+import zipfile
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -105,7 +106,7 @@ class Program:
                 header = json.loads(archive["header"].tobytes().decode())
                 binary = archive["instructions"].tobytes()
                 uops = archive["uops"].copy()
-        except (OSError, ValueError, KeyError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as e:
             raise ProgramError(f"{path}: not a tilewright program ({e})") from None
         if header.get("format") != "tilewright-program":
             raise ProgramError(f"{path}: not a tilewright program")

@@ -66,8 +66,34 @@ def register_tables():
     return register_table()
 
 
+#: The conv2d that docs/compiler.md follows through the compiler.
+WALKTHROUGH = dict(batch=1, in_channels=4, height=4, width=4, out_channels=8, kernel=(3, 3), stride=1, padding=1,
+                   bias=True, mul=3, shift=6, relu=True)
+
+
+def compiler_walkthrough():
+    """Markdown: one small conv2d after lowering, after every pass, and as instructions."""
+    from tilewright.compiler import build
+    from tilewright.compiler.checker import check
+    from tilewright.compiler.ops import Conv2dSpec, ConvTiles, conv2d
+    spec = Conv2dSpec(**WALKTHROUGH)
+    schedule, _, _ = conv2d(spec, "tiny", tiles=ConvTiles(out_channels=1, rows=4, cols=4, in_channels=1, threads=2))
+    steps = []
+    program = build(schedule, "tiny", dump=lambda name, ir: steps.append((name, ir)))
+    report = check(program)
+    parts = [f"`Conv2dSpec({', '.join(f'{k}={v}' for k, v in WALKTHROUGH.items())})` on the `tiny` preset, "
+             f"tiles of one output-channel block × 4 × 4, one input-channel block per step, 2 virtual threads.\n"]
+    for name, ir in steps[:-1]:
+        parts.append(f"### after `{name}`\n\n```\n{ir}```\n")
+    parts.append(f"### after `codegen` ({len(program.instructions)} instructions, "
+                 f"{len(program.uop_words)} micro-ops; tokens per queue {report.tokens})\n\n"
+                 f"```\n{program.listing()}```\n")
+    return "\n".join(parts)
+
+
 #: Document (relative to the repository root) -> generator of its marked section.
-GENERATED_DOCS = {"docs/isa.md": isa_tables, "docs/hardware.md": register_tables}
+GENERATED_DOCS = {"docs/isa.md": isa_tables, "docs/hardware.md": register_tables,
+                  "docs/compiler.md": compiler_walkthrough}
 
 
 def update_generated(path, content, *, check=False):
