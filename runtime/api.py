@@ -39,6 +39,12 @@ def _int_array(x, name, dtype, ndim):
     return x
 
 
+def _nonempty(**dims):
+    for name, n in dims.items():
+        if n == 0:
+            raise OperatorError(f"{name} is 0; every dimension must be at least 1")
+
+
 def _check_epilogue(mul, shift):
     limit = 1 << (IMM_BITS - 1)
     if not isinstance(mul, (int, np.integer)) or not -limit <= mul < limit:
@@ -71,10 +77,13 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
     weight = _int_array(weight, "weight", "int8", 4)
     N, C, H, W = data.shape
     O, I, KH, KW = weight.shape
+    _nonempty(batch=N, in_channels=C, out_channels=O, kernel_height=KH, kernel_width=KW)
     if I != C:
         raise OperatorError(f"weight has {I} input channels, data has {C}")
-    if not (isinstance(stride, int) and stride >= 1 and isinstance(padding, int) and padding >= 0):
+    if not (isinstance(stride, (int, np.integer)) and stride >= 1 and isinstance(padding, (int, np.integer))
+            and padding >= 0):
         raise OperatorError(f"stride must be ≥ 1 and padding ≥ 0 integers, got {stride!r}, {padding!r}")
+    stride, padding = int(stride), int(padding)
     _check_epilogue(mul, shift)
     OH, OW = (H + 2 * padding - KH) // stride + 1, (W + 2 * padding - KW) // stride + 1
     if OH < 1 or OW < 1:
@@ -106,6 +115,7 @@ def dense(data, weight, bias=None, *, mul=1, shift=0, relu=False, config="defaul
     weight = _int_array(weight, "weight", "int8", 2)
     N, K = data.shape
     M, K2 = weight.shape
+    _nonempty(batch=N, in_features=K, out_features=M)
     if K2 != K:
         raise OperatorError(f"weight has {K2} input features, data has {K}")
     _check_epilogue(mul, shift)

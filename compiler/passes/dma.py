@@ -12,7 +12,8 @@ loops turn into pad counts evaluated per tile.
 from tilewright.isa import MemType
 
 from .. import ir
-from ..expr import Binary, Cast, Const, Load, Select, Var, as_expr, linear, max_, min_, simplify, substitute
+from ..expr import (Binary, Cast, Const, Load, Select, Var, as_expr, free_vars, linear, max_, min_, simplify,
+                    substitute)
 from ..schedule import ScheduleError
 
 __all__ = ["DmaError", "inject_dma"]
@@ -114,7 +115,9 @@ def _copy_to_dma(nest, cfg):
         raise DmaError(f"{dram.name}: elements of {list(dram.shape[-2:])} {dram.dtype} ({elem_bytes} B) "
                        f"do not match {mem.name} elements of config {cfg.name!r} "
                        f"({cfg.elem_bytes(mem.dram_elem)} B); pack the tensor for this config")
-    rest = [(v, n) for v, n in loops if v not in elem_vars and n > 1]
+    # Loops of extent 1 move nothing, unless padding depends on them (a one-row tile at the border).
+    cond_vars = free_vars(cond) if cond is not None else set()
+    rest = [(v, n) for v, n in loops if v not in elem_vars and (n > 1 or v in cond_vars)]
     loop_vars = {v for v, _ in rest}
     s_form, d_form = linear(sram.elem_index(sram_idx)), linear(dram.elem_index(dram_idx))
     if s_form is None or d_form is None:
@@ -163,6 +166,8 @@ def _copy_to_dma(nest, cfg):
     y_pad0, y_pad1 = pads(y_group, y_len)
     x_pad0, x_pad1 = pads(x_group, x_len)
     inner = {v: 0 for v, n in x_group + y_group + [(v, n) for v, n in loops if n == 1]}
+    if any(n == 1 and v in bounds for v, n in outer):
+        raise DmaError(f"{src.name} -> {dst.name}: padding along a loop that is neither row nor column")
     sram_base = simplify(substitute(sram.elem_index(sram_idx), {**inner, **{v: 0 for v in elem_vars}}))
     dram_base = simplify(substitute(dram.elem_index(dram_idx), {**inner, **{v: 0 for v in elem_vars}}))
     y_coef = d_coef[y_group[0][0]] if y_group else 0
