@@ -41,7 +41,7 @@ class StoreUnit(wiring.Component):
             "out_read": In(ReadPort.Signature(addr_width=addr_bits(cfg, "out"), shape=sram_shape(cfg, "out"))),
             "axi": Out(AxiWriteSignature(addr_width=addr_width, data_width=cfg.dram_bus_width)),
             "halt": In(1),
-            "fault": Out(1), "error": Out(4), "index": Out(32),
+            "fault": Out(1), "error": Out(4), "index": Out(32), "started": Out(1),
             "busy": Out(1), "blocked": Out(1), "retired": Out(1), "dma_busy": Out(1),
             "wait_pop_prev": Out(1), "wait_push_prev": Out(1),
             "bytes_out": Out(32),
@@ -117,6 +117,7 @@ class StoreUnit(wiring.Component):
         m.d.comb += [
             seq.done.eq(done), seq.error.eq(error), seq.halt.eq(self.halt),
             self.fault.eq(seq.fault), self.error.eq(Mux(seq.fault, error, 0)), self.index.eq(seq.index),
+            self.started.eq(seq.start),
             self.busy.eq(seq.busy), self.blocked.eq(seq.blocked), self.retired.eq(seq.retired),
             self.dma_busy.eq(seq.executing),
             self.wait_pop_prev.eq(seq.wait_pop_prev), self.wait_push_prev.eq(seq.wait_push_prev),

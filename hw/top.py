@@ -32,10 +32,24 @@ from .sram import sram_shape
 from .store import StoreUnit
 from .token_queue import TokenQueue
 
-__all__ = ["Accelerator", "Datapath"]
+__all__ = ["Accelerator", "Datapath", "TraceSignature"]
 
 #: Cycles every stream must stay blocked before the run is declared deadlocked.
 DEADLOCK_CYCLES = 8
+
+
+class TraceSignature(wiring.Signature):
+    """Per stream: an instruction started executing / retired this cycle, and its index.
+
+    Members ``{load,compute,store}_start``, ``_retire`` (1 bit) and ``_index`` (32 bits);
+    simulation harnesses turn them into a timeline.
+    """
+
+    def __init__(self):
+        members = {}
+        for stream in ("load", "compute", "store"):
+            members.update({f"{stream}_start": Out(1), f"{stream}_retire": Out(1), f"{stream}_index": Out(32)})
+        super().__init__(members)
 
 
 class _CommandQueue(wiring.Component):
@@ -83,6 +97,7 @@ class Datapath(wiring.Component):
                                     id_width=max(1, (len(self.read_clients) - 1).bit_length()))),
             "fault": Out(1), "error": Out(4), "error_index": Out(32),
             "finished": Out(1), "quiet": Out(1),
+            "trace": Out(TraceSignature()),
         }
         members.update({f"event_{name}": Out(32) for name, _ in COUNTERS if name != "cycles"})
         super().__init__(members)
@@ -190,6 +205,10 @@ class Datapath(wiring.Component):
         }
         for name, value in events.items():
             m.d.comb += getattr(self, f"event_{name}").eq(value)
+        for name, unit in (("load", load), ("compute", compute), ("store", store)):
+            m.d.comb += [getattr(self.trace, f"{name}_start").eq(unit.started),
+                         getattr(self.trace, f"{name}_retire").eq(unit.retired),
+                         getattr(self.trace, f"{name}_index").eq(unit.index)]
         return m
 
     @staticmethod
@@ -210,6 +229,8 @@ class Accelerator(wiring.Component):
         Host registers (:data:`~tilewright.hw.regs.REGISTERS`).
     irq : Out(1)
         High while the last run is done.
+    trace : Out(TraceSignature)
+        Instruction start/retire events per stream, for timelines.
     """
 
     def __init__(self, cfg, *, addr_width=32):
@@ -218,6 +239,7 @@ class Accelerator(wiring.Component):
             "m_axi": Out(AxiSignature(addr_width=addr_width, data_width=cfg.dram_bus_width, id_width=3)),
             "s_axil": In(AxiLiteSignature(addr_width=ADDR_WIDTH)),
             "irq": Out(1),
+            "trace": Out(TraceSignature()),
         })
 
     def elaborate(self, platform):
@@ -232,6 +254,7 @@ class Accelerator(wiring.Component):
         m.d.comb += [datapath.start.eq(go), datapath.insn_addr.eq(regs.insn_addr),
                      datapath.insn_count.eq(regs.insn_count)]
         forward(m, datapath.axi, self.m_axi)
+        wiring.connect(m, datapath.trace, wiring.flipped(self.trace))
 
         busy = Signal()
         done = Signal()

@@ -13,7 +13,7 @@ from tilewright import isa
 from tilewright.config import load_config
 from tilewright.compiler.program import ALIGN
 
-__all__ = ["DeviceError", "Device", "FsimDevice", "get_device"]
+__all__ = ["DeviceError", "Device", "FsimDevice", "RtlDevice", "get_device", "BACKENDS"]
 
 
 class DeviceError(RuntimeError):
@@ -21,7 +21,7 @@ class DeviceError(RuntimeError):
 
 
 class Device:
-    """Common host-side logic; subclasses provide ``dram`` and ``_execute``."""
+    """Common host-side logic; subclasses provide ``dram`` (the allocator), ``write``/``read`` and ``_execute``."""
 
     backend = None
 
@@ -77,6 +77,48 @@ class Device:
         return outputs, stats
 
 
+class RtlDevice(Device):
+    """The cycle-accurate RTL in Verilator, through the C++ harness (:mod:`tilewright.sim.fast`).
+
+    Stats add ``cycles`` and every hardware counter. Builds are cached per
+    config and design.
+    """
+
+    backend = "rtl"
+
+    def __init__(self, config="default", *, dram_bytes=256 << 20, latency=16, trace=None):
+        super().__init__(config)
+        from tilewright.sim import Dram
+        from tilewright.sim.fast import FastSim
+        self.harness = FastSim(self.cfg, dram_bytes=dram_bytes, latency=latency)
+        self.dram = Dram(dram_bytes)          # the allocator; contents live in the harness
+        self.trace = trace                    # path for the next run's instruction timeline
+
+    def write(self, addr, array):
+        self.harness.write(addr, np.ascontiguousarray(array).tobytes())
+
+    def read(self, addr, dtype, shape):
+        dtype = np.dtype(dtype).newbyteorder("<")
+        return np.frombuffer(self.harness.read(addr, int(np.prod(shape)) * dtype.itemsize), dtype=dtype).reshape(shape)
+
+    def _execute(self, insn_addr, count):
+        run = self.harness.run(insn_addr, count, trace=self.trace)
+        if run.timed_out:
+            raise DeviceError("the RTL did not finish")
+        if run.error:
+            from tilewright.isa import ErrorCode
+            raise DeviceError(f"the RTL stopped with {ErrorCode(run.error).name} at instruction {run.error_index}")
+        c = run.counters
+        stats = {
+            "cycles": c["cycles"], "gemm_uops": c["gemm_uops"], "alu_uops": c["alu_uops"],
+            "dram_bytes_read": sum(v for k, v in c.items() if k.startswith("read_")),
+            "dram_bytes_written": c["write_out"],
+            "instructions": c["insns_load"] + c["insns_compute"] + c["insns_store"],
+        }
+        stats["counters"] = dict(c)
+        return stats
+
+
 class FsimDevice(Device):
     """The functional simulator as a device."""
 
@@ -103,14 +145,15 @@ class FsimDevice(Device):
 
 
 _DEVICES = {}
+BACKENDS = {"fsim": FsimDevice, "rtl": RtlDevice}
 
 
 def get_device(backend="fsim", config="default"):
-    """A shared device of ``backend`` for ``config``."""
+    """A shared device of ``backend`` ("fsim" or "rtl") for ``config``."""
     cfg = load_config(config)
     key = (backend, cfg.fingerprint)
     if key not in _DEVICES:
-        if backend != "fsim":
-            raise DeviceError(f"unknown backend {backend!r} (available: fsim)")
-        _DEVICES[key] = FsimDevice(cfg)
+        if backend not in BACKENDS:
+            raise DeviceError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
+        _DEVICES[key] = BACKENDS[backend](cfg)
     return _DEVICES[key]

@@ -127,6 +127,26 @@ def cmd_fuzz(args):
     print(f"PASS: {args.n} programs, fsim and RTL agree on DRAM, error codes and counters")
 
 
+def cmd_bench(args):
+    from .runtime.bench import RESNET18, bench_resnet18
+    from .runtime.device import DeviceError
+    from .sim.rtl import RtlError
+    cfg = _config(args)
+    layers = args.layers.split(",") if args.layers else None
+    known = {name for name, *_ in RESNET18}
+    if layers and not set(layers) <= known:
+        raise CliError(f"unknown layer(s) {', '.join(sorted(set(layers) - known))}; choose from {', '.join(sorted(known))}")
+    print(f"ResNet-18 conv layers on {args.backend} ({cfg.name}, {cfg.tag})", flush=True)
+    try:
+        bench_resnet18(args.backend, cfg, layers=layers, json_path=args.json, plot_path=args.plot,
+                       trace_path=args.trace, progress=lambda line: print(line, flush=True))
+    except (DeviceError, RtlError, RuntimeError) as e:
+        raise CliError(str(e)) from None
+    for path in (args.json, args.plot, args.trace):
+        if path:
+            print(f"wrote {path}")
+
+
 def cmd_docs(args):
     from .docgen import GENERATED_DOCS, update_generated
     root = Path(args.root)
@@ -224,6 +244,15 @@ def _parser():
     sp.add_argument("-n", type=int, default=1000, help="number of programs")
     sp.add_argument("--seed", type=int, default=0, help="first seed")
     sp.set_defaults(func=cmd_fuzz)
+
+    sp = with_config(sub.add_parser("bench", help="benchmarks: resnet18 (conv layers vs the roofline)"), "default")
+    sp.add_argument("suite", choices=["resnet18"])
+    sp.add_argument("--backend", choices=["rtl", "fsim"], default="rtl")
+    sp.add_argument("--layers", help="comma-separated subset, e.g. C2,C5")
+    sp.add_argument("--json", help="write the results as JSON")
+    sp.add_argument("--plot", help="write a PNG plot")
+    sp.add_argument("--trace", help="write a Chrome/Perfetto trace of every instruction (rtl)")
+    sp.set_defaults(func=cmd_bench)
 
     sp = sub.add_parser("docs", help="regenerate the generated tables in docs/")
     sp.add_argument("--root", default=".", help="repository root")

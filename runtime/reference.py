@@ -1,0 +1,44 @@
+"""Plain numpy references of the operators, for self-checks in benchmarks and demos.
+
+``clip(((acc + bias [+ residual]) · mul) >> shift, lo, 127)`` with int32
+wrap-around after the sum and after the product, an arithmetic shift, and
+``lo`` = 0 with ReLU else −128. (The test suite has its own, separate
+reference in ``tests/compiler/reference.py``.)
+"""
+
+import numpy as np
+
+__all__ = ["conv2d_reference", "dense_reference", "requantize"]
+
+
+def _wrap32(x):
+    return ((x + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
+def requantize(acc, mul, shift, relu):
+    v = _wrap32(_wrap32(acc) * mul)
+    return np.clip(v >> shift, 0 if relu else -128, 127).astype(np.int8)
+
+
+def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None):
+    x = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    O, _, KH, KW = weight.shape
+    OH = (x.shape[2] - KH) // stride + 1
+    OW = (x.shape[3] - KW) // stride + 1
+    acc = np.zeros((data.shape[0], O, OH, OW), dtype=np.int64)
+    for kh in range(KH):
+        for kw in range(KW):
+            patch = x[:, :, kh:kh + stride * (OH - 1) + 1:stride, kw:kw + stride * (OW - 1) + 1:stride]
+            acc += np.einsum("nchw,oc->nohw", patch, weight[:, :, kh, kw].astype(np.int64), optimize=True)
+    if bias is not None:
+        acc += bias.astype(np.int64)[None, :, None, None]
+    if residual is not None:
+        acc += residual.astype(np.int64)
+    return requantize(acc, mul, shift, relu)
+
+
+def dense_reference(data, weight, bias=None, *, mul=1, shift=0, relu=False):
+    acc = data.astype(np.int64) @ weight.astype(np.int64).T
+    if bias is not None:
+        acc += bias.astype(np.int64)[None, :]
+    return requantize(acc, mul, shift, relu)

@@ -1,0 +1,335 @@
+// Fast Verilator harness for the tilewright accelerator: no Python per cycle.
+//
+// The accelerator's AXI4 manager port is served by a DRAM model in C++ (any
+// number of outstanding bursts, responses in order, a fixed read latency, one
+// beat per cycle), and its AXI4-Lite registers by a small manager. The host
+// talks to this process over stdin/stdout, one command per line:
+//
+//   mem SIZE NCOUNTERS         allocate SIZE bytes of DRAM; counters 0x20.. to read after a run
+//   latency CYCLES             read latency (from address accepted to first data beat)
+//   write ADDR PATH            copy a file into DRAM
+//   zero ADDR LEN              clear DRAM bytes
+//   read ADDR LEN PATH         copy DRAM bytes to a file
+//   run ADDR COUNT MAXCYCLES [TRACE]
+//                              run COUNT instructions at ADDR until done (or MAXCYCLES);
+//                              answers "ok STATUS ERROR_INDEX CYCLES TIMED_OUT C0 C1 ..."; with
+//                              TRACE, writes "cycle stream event index" lines for every
+//                              instruction start and retirement
+//   quit
+//
+// Accesses beyond the DRAM size answer SLVERR, as the cocotb bench does.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "Vtop.h"
+#include "verilated.h"
+
+#ifndef BUS_BYTES
+#error "compile with -DBUS_BYTES=<bus width in bytes>"
+#endif
+
+#define AXI(name) top->m_axi___05F##name
+#define LITE(name) top->s_axil___05F##name
+#define TRACE(name) top->trace___05F##name
+
+// -- wide-signal helpers ----------------------------------------------------------
+
+template <typename T>
+static void set_bytes(T& sig, const uint8_t* p) {
+    uint64_t v = 0;
+    std::memcpy(&v, p, BUS_BYTES < 8 ? BUS_BYTES : 8);
+    sig = static_cast<T>(v);
+}
+template <std::size_t N>
+static void set_bytes(VlWide<N>& sig, const uint8_t* p) {
+    for (std::size_t i = 0; i < N; i++) {
+        uint32_t w;
+        std::memcpy(&w, p + 4 * i, 4);
+        sig[i] = w;
+    }
+}
+template <typename T>
+static void get_bytes(const T& sig, uint8_t* p) {
+    uint64_t v = static_cast<uint64_t>(sig);
+    std::memcpy(p, &v, BUS_BYTES < 8 ? BUS_BYTES : 8);
+}
+template <std::size_t N>
+static void get_bytes(const VlWide<N>& sig, uint8_t* p) {
+    for (std::size_t i = 0; i < N; i++) {
+        uint32_t w = sig[i];
+        std::memcpy(p + 4 * i, &w, 4);
+    }
+}
+
+// -- the model ---------------------------------------------------------------------
+
+struct Burst {
+    uint64_t addr;
+    unsigned beats;
+    unsigned id;
+    uint64_t ready_cycle;
+};
+
+struct Harness {
+    Vtop* top;
+    std::vector<uint8_t> dram;
+    uint64_t cycle = 0;
+    unsigned latency = 16;
+    unsigned ncounters = 0;
+    std::deque<Burst> reads, writes;     // accepted, not finished
+    unsigned read_beat = 0, write_beat = 0;
+    bool write_error = false;
+    std::deque<std::pair<unsigned, unsigned>> responses;   // (id, resp) waiting for B
+    FILE* trace = nullptr;
+
+    explicit Harness(Vtop* t) : top(t) {}
+
+    bool in_range(uint64_t addr, uint64_t n) const { return addr + n <= dram.size(); }
+
+    // Drive the DUT's inputs from the model state for this cycle.
+    void drive() {
+        AXI(arready) = 1;
+        AXI(awready) = 1;
+        bool r = !reads.empty() && reads.front().ready_cycle <= cycle;
+        AXI(rvalid) = r;
+        if (r) {
+            const Burst& b = reads.front();
+            uint64_t a = b.addr + uint64_t(read_beat) * BUS_BYTES;
+            static uint8_t zero[BUS_BYTES];
+            bool ok = in_range(a, BUS_BYTES);
+            set_bytes(AXI(rdata), ok ? &dram[a] : zero);
+            AXI(rresp) = ok ? 0 : 2;
+            AXI(rid) = b.id;
+            AXI(rlast) = read_beat + 1 == b.beats;
+        }
+        AXI(wready) = !writes.empty();
+        AXI(bvalid) = !responses.empty();
+        if (!responses.empty()) {
+            AXI(bid) = responses.front().first;
+            AXI(bresp) = responses.front().second;
+        }
+    }
+
+    // Apply the handshakes that happen at this clock edge.
+    void handshakes() {
+        if (AXI(arvalid) && AXI(arready))
+            reads.push_back({AXI(araddr), unsigned(AXI(arlen)) + 1, unsigned(AXI(arid)), cycle + latency});
+        if (AXI(rvalid) && AXI(rready)) {
+            if (++read_beat == reads.front().beats) {
+                reads.pop_front();
+                read_beat = 0;
+            }
+        }
+        if (AXI(awvalid) && AXI(awready))
+            writes.push_back({AXI(awaddr), unsigned(AXI(awlen)) + 1, unsigned(AXI(awid)), 0});
+        if (AXI(wvalid) && AXI(wready)) {
+            const Burst& b = writes.front();
+            uint64_t a = b.addr + uint64_t(write_beat) * BUS_BYTES;
+            uint8_t data[BUS_BYTES];
+            get_bytes(AXI(wdata), data);
+            uint64_t strobe = static_cast<uint64_t>(AXI(wstrb));
+            if (in_range(a, BUS_BYTES)) {
+                for (int k = 0; k < BUS_BYTES; k++)
+                    if (strobe >> k & 1) dram[a + k] = data[k];
+            } else {
+                write_error = true;
+            }
+            if (++write_beat == b.beats) {
+                responses.push_back({b.id, write_error ? 2u : 0u});
+                writes.pop_front();
+                write_beat = 0;
+                write_error = false;
+            }
+        }
+        if (AXI(bvalid) && AXI(bready)) responses.pop_front();
+    }
+
+    void record_trace() {
+        if (!trace) return;
+        const char* names[3] = {"load", "compute", "store"};
+        bool start[3] = {bool(TRACE(load_start)), bool(TRACE(compute_start)), bool(TRACE(store_start))};
+        bool retire[3] = {bool(TRACE(load_retire)), bool(TRACE(compute_retire)), bool(TRACE(store_retire))};
+        uint32_t index[3] = {uint32_t(TRACE(load_index)), uint32_t(TRACE(compute_index)), uint32_t(TRACE(store_index))};
+        for (int s = 0; s < 3; s++) {
+            if (start[s]) std::fprintf(trace, "%llu %s start %u\n", (unsigned long long)cycle, names[s], index[s]);
+            if (retire[s]) std::fprintf(trace, "%llu %s end %u\n", (unsigned long long)cycle, names[s], index[s]);
+        }
+    }
+
+    void tick() {
+        drive();
+        top->clk = 0;
+        top->eval();
+        record_trace();
+        handshakes();
+        top->clk = 1;
+        top->eval();
+        cycle++;
+    }
+
+    // -- AXI4-Lite manager (between runs, one access at a time) --------------------
+
+    void lite_write(uint32_t addr, uint32_t data) {
+        LITE(awaddr) = addr;
+        LITE(wdata) = data;
+        LITE(wstrb) = 0xF;
+        LITE(awvalid) = 1;
+        LITE(wvalid) = 1;
+        LITE(bready) = 1;
+        bool aw = false, w = false;
+        while (!(aw && w)) {
+            drive();
+            top->clk = 0;
+            top->eval();
+            bool aw_fire = LITE(awvalid) && LITE(awready), w_fire = LITE(wvalid) && LITE(wready);
+            handshakes();
+            top->clk = 1;
+            top->eval();
+            cycle++;
+            aw |= aw_fire;
+            w |= w_fire;
+            if (aw) LITE(awvalid) = 0;
+            if (w) LITE(wvalid) = 0;
+        }
+        while (true) {
+            drive();
+            top->clk = 0;
+            top->eval();
+            bool b = LITE(bvalid);
+            handshakes();
+            top->clk = 1;
+            top->eval();
+            cycle++;
+            if (b) break;
+        }
+        LITE(bready) = 0;
+    }
+
+    uint32_t lite_read(uint32_t addr) {
+        LITE(araddr) = addr;
+        LITE(arvalid) = 1;
+        LITE(rready) = 1;
+        uint32_t value = 0;
+        bool requested = false;
+        while (true) {
+            drive();
+            top->clk = 0;
+            top->eval();
+            bool ar = LITE(arvalid) && LITE(arready);
+            bool r = LITE(rvalid);
+            if (r) value = LITE(rdata);
+            handshakes();
+            top->clk = 1;
+            top->eval();
+            cycle++;
+            if (ar) {
+                requested = true;
+                LITE(arvalid) = 0;
+            }
+            if (r && requested) break;
+        }
+        LITE(rready) = 0;
+        return value;
+    }
+};
+
+int main(int argc, char** argv) {
+    auto* context = new VerilatedContext;
+    context->commandArgs(argc, argv);
+    auto* top = new Vtop{context};
+    Harness h(top);
+    top->rst = 1;
+    for (int i = 0; i < 4; i++) h.tick();
+    top->rst = 0;
+    h.tick();
+
+    std::string line;
+    while (std::getline(std::cin, line)) {
+        std::istringstream in(line);
+        std::string cmd;
+        in >> cmd;
+        if (cmd == "mem") {
+            uint64_t size;
+            in >> size >> h.ncounters;
+            h.dram.assign(size, 0);
+            std::cout << "ok" << std::endl;
+        } else if (cmd == "latency") {
+            in >> h.latency;
+            std::cout << "ok" << std::endl;
+        } else if (cmd == "write") {
+            uint64_t addr;
+            std::string path;
+            in >> addr >> path;
+            std::ifstream f(path, std::ios::binary);
+            std::vector<char> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+            if (!h.in_range(addr, data.size())) {
+                std::cout << "error write beyond DRAM" << std::endl;
+                continue;
+            }
+            std::memcpy(&h.dram[addr], data.data(), data.size());
+            std::cout << "ok" << std::endl;
+        } else if (cmd == "zero") {
+            uint64_t addr, len;
+            in >> addr >> len;
+            if (!h.in_range(addr, len)) {
+                std::cout << "error zero beyond DRAM" << std::endl;
+                continue;
+            }
+            std::memset(&h.dram[addr], 0, len);
+            std::cout << "ok" << std::endl;
+        } else if (cmd == "read") {
+            uint64_t addr, len;
+            std::string path;
+            in >> addr >> len >> path;
+            if (!h.in_range(addr, len)) {
+                std::cout << "error read beyond DRAM" << std::endl;
+                continue;
+            }
+            {
+                std::ofstream f(path, std::ios::binary);
+                f.write(reinterpret_cast<const char*>(&h.dram[addr]), len);
+            }   // closed (flushed) before the host reads it
+            std::cout << "ok" << std::endl;
+        } else if (cmd == "run") {
+            uint64_t addr, count, max_cycles;
+            std::string trace_path;
+            in >> addr >> count >> max_cycles >> trace_path;
+            h.trace = trace_path.empty() ? nullptr : std::fopen(trace_path.c_str(), "w");
+            h.lite_write(0x08, uint32_t(addr));
+            h.lite_write(0x0C, uint32_t(count));
+            h.lite_write(0x00, 1);
+            uint64_t start = h.cycle;
+            bool timed_out = false;
+            h.tick();                         // done drops in the cycle after the start write
+            while (!top->irq) {
+                h.tick();
+                if (h.cycle - start > max_cycles) {
+                    timed_out = true;
+                    break;
+                }
+            }
+            if (h.trace) std::fclose(h.trace);
+            h.trace = nullptr;
+            uint32_t status = h.lite_read(0x04), index = h.lite_read(0x10);
+            std::cout << "ok " << status << " " << index << " " << (h.cycle - start) << " " << timed_out;
+            for (unsigned k = 0; k < h.ncounters; k++) std::cout << " " << h.lite_read(0x20 + 4 * k);
+            std::cout << std::endl;
+        } else if (cmd == "quit") {
+            break;
+        } else if (!cmd.empty()) {
+            std::cout << "error unknown command " << cmd << std::endl;
+        }
+    }
+    top->final();
+    delete top;
+    delete context;
+    return 0;
+}

@@ -1,0 +1,59 @@
+"""The rtl backend (Verilator + C++ harness) against fsim, and the bench command."""
+
+import json
+
+import numpy as np
+import pytest
+
+import tilewright
+from tilewright.cli import main
+from tilewright.runtime.bench import chrome_trace
+from tilewright.runtime.reference import conv2d_reference, dense_reference
+
+
+@pytest.mark.parametrize("config", ["tiny", "small"])
+def test_conv2d_on_the_rtl_equals_fsim_and_counts_cycles(config):
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (1, 12, 9, 9), dtype=np.int8)
+    w = rng.integers(-128, 128, (10, 12, 3, 3), dtype=np.int8)
+    b = rng.integers(-3000, 3000, 10, dtype=np.int32)
+    r = rng.integers(-128, 128, (1, 10, 5, 5), dtype=np.int8)
+    kw = dict(stride=2, padding=1, mul=5, shift=10, relu=True, residual=r, config=config)
+    out_rtl, stats = tilewright.conv2d(x, w, b, backend="rtl", **kw)
+    out_fsim, fstats = tilewright.conv2d(x, w, b, **kw)
+    np.testing.assert_array_equal(out_rtl, out_fsim)
+    np.testing.assert_array_equal(out_rtl, conv2d_reference(x, w, b, stride=2, padding=1, mul=5, shift=10,
+                                                            relu=True, residual=r))
+    for key in ("gemm_uops", "alu_uops", "dram_bytes_read", "dram_bytes_written", "instructions"):
+        assert stats[key] == fstats[key], key
+    assert stats["cycles"] >= stats["gemm_uops"]
+
+
+def test_dense_on_the_rtl():
+    rng = np.random.default_rng(1)
+    x = rng.integers(-128, 128, (3, 40), dtype=np.int8)
+    w = rng.integers(-128, 128, (9, 40), dtype=np.int8)
+    out, stats = tilewright.dense(x, w, mul=-7, shift=5, config="tiny", backend="rtl")
+    np.testing.assert_array_equal(out, dense_reference(x, w, mul=-7, shift=5))
+    assert stats["cycles"] > 0
+
+
+def test_bench_command_on_fsim(tmp_path, capsys):
+    path = tmp_path / "r18.json"
+    assert main(["bench", "resnet18", "--backend", "fsim", "--layers", "C10,C11", "--json", str(path)]) == 0
+    result = json.loads(path.read_text())
+    assert [r["layer"] for r in result["layers"]] == ["C10", "C11"]
+    assert all(r["macs"] > 0 and r["dram_bytes"] > 0 and r["cycles"] is None for r in result["layers"])
+    assert "output equals numpy" in capsys.readouterr().out
+    assert main(["bench", "resnet18", "--layers", "C99"]) == 1
+
+
+def test_chrome_trace_pairs_start_and_end():
+    from tilewright.compiler.program import Program
+    from tilewright.isa import Finish, Gemm
+    program = Program("p", tilewright.PRESETS["tiny"], [Gemm(), Finish()], {}, np.zeros(0), 0)
+    events = chrome_trace(["10 compute start 0", "17 compute end 0", "18 compute start 1", "18 compute end 1"],
+                          program, "L", 3)
+    spans = [e for e in events if e["ph"] == "X"]
+    assert [(e["name"], e["ts"], e["dur"], e["tid"], e["pid"]) for e in spans] == \
+        [("GEMM", 10, 8, "compute", 3), ("FINISH", 18, 1, "compute", 3)]
