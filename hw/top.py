@@ -47,8 +47,8 @@ class TraceSignature(wiring.Signature):
 
     def __init__(self):
         members = {}
-        for stream in ("load", "compute", "store"):
-            members.update({f"{stream}_start": Out(1), f"{stream}_retire": Out(1), f"{stream}_index": Out(32)})
+        for name in ("load", "compute", "store"):
+            members.update({f"{name}_start": Out(1), f"{name}_retire": Out(1), f"{name}_index": Out(32)})
         super().__init__(members)
 
 

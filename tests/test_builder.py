@@ -57,3 +57,18 @@ def test_pending_pop_for_other_stream_at_finish_is_an_error():
 def test_no_queue_between_load_and_store():
     with pytest.raises(ValueError, match="no token queue from LOAD to STORE"):
         ProgramBuilder().push(L, S)
+
+
+def test_push_after_waits_for_one_instruction_not_the_whole_stream():
+    b = ProgramBuilder()
+    first = b.emit(Gemm())
+    b.emit(Gemm(reset=True))
+    b.emit(noop(L))
+    assert b.push_after(C, L, first) == first           # the first GEMM pushes, not the last
+    assert b.push_after(C, L, first) == 1               # tokens stay in order: the next one pushes
+    assert b.push_after(C, L, first) == 3               # none left: a no-op at the end
+    b.pop(C, L)
+    b.pop(C, L)
+    b.pop(C, L)
+    program = b.finish()
+    assert [bool(i.push_prev) for i in program[:4]] == [True, True, False, True]

@@ -38,6 +38,7 @@ class ProgramBuilder:
         self.instructions = []
         self._last = {}                                  # stream -> index of its last instruction
         self._pending = {s: set() for s in Stream}       # pop flags for a stream's next instruction
+        self._last_push = {}                             # (src, dst) -> index of the last push
 
     def emit(self, insn):
         """Append ``insn``, carrying the pops pending for its stream; returns its index."""
@@ -52,12 +53,31 @@ class ProgramBuilder:
 
     def push(self, src, dst):
         """Send a token src → dst once everything ``src`` has been given so far is done."""
+        src = Stream(src)
+        if self._pending[src]:       # a pending pop must take effect first: a no-op of its own
+            return self.push_after(src, dst, len(self.instructions))
+        return self.push_after(src, dst, self._last.get(src, len(self.instructions)))
+
+    def push_after(self, src, dst, index):
+        """Send a token src → dst once ``src``'s instruction at ``index`` (or its first one after) is done.
+
+        Tokens of a queue are consumed in order, so the push goes on the first
+        instruction of ``src`` at or after ``index`` that comes after the
+        queue's previous push and has the flag free; past the end, a no-op
+        carries it. Returns the index of the instruction that pushes.
+        """
+        src, dst = Stream(src), Stream(dst)
         flag = _flag("push", src, dst)
-        k = self._last.get(Stream(src))
-        # A pending pop must take effect before the push, so it needs an instruction of its own.
-        if k is None or getattr(self.instructions[k], flag) or self._pending[Stream(src)]:
+        start = max(index, self._last_push.get((src, dst), -1) + 1)
+        for k in range(start, len(self.instructions)):
+            insn = self.instructions[k]
+            if insn.stream == src and not getattr(insn, flag):
+                break
+        else:
             k = self.emit(noop(src))
         self.instructions[k] = self.instructions[k].replace(**{flag: True})
+        self._last_push[(src, dst)] = k
+        return k
 
     def pop(self, src, dst):
         """Make ``dst``'s next instruction wait for a token from ``src``."""

@@ -7,11 +7,12 @@
    once when they fit, else in a ring reloaded before use.
 3. Latency hiding, part 2: dependency tokens from read/write analysis. Each
    instruction's SRAM reads and writes are intervals; when an instruction
-   conflicts (RAW, WAR or WAW) with one of a neighbouring stream not yet
-   ordered before it, a token is pushed after that stream's last
-   instruction and popped before this one. FINISH waits for the last load
-   and store the same way. Only conflicts create tokens, so replicated
-   (virtual-thread) buffers let load run ahead of compute.
+   conflicts (RAW, WAR or WAW) with instructions of a neighbouring stream not
+   yet ordered before it, a token is pushed by the last of those conflicting
+   instructions (not by everything that stream has been given) and popped
+   before this one. FINISH waits for the last load and store the same way.
+   Only conflicts create tokens, so replicated (virtual-thread) buffers let
+   load run ahead of compute.
 4. The DRAM image: one aligned segment per tensor, the micro-op words, and
    zeros for fully padded tiles.
 """
@@ -201,18 +202,23 @@ class _Emitter:
                 raise CodegenError(f"a micro-op kernel of {len(k)} exceeds the uop buffer ({cfg.uop_depth})")
 
         b = ProgramBuilder()
+        # Per producer → consumer pair: producer instructions not yet known to be done
+        # before the consumer's next instruction, as (index, access).
         uncovered = {(p, c): [] for c, ps in _NEIGHBOURS.items() for p in ps}
 
         def sync_and_emit(insn, access):
-            for p in _NEIGHBOURS[access.stream]:
-                pending = uncovered[(p, access.stream)]
-                if any(access.conflicts(a) for a in pending):
-                    b.push(p, access.stream)
-                    b.pop(p, access.stream)
-                    pending.clear()
-            b.emit(insn)
-            for c in _NEIGHBOURS[access.stream]:
-                uncovered[(access.stream, c)].append(access)
+            c = access.stream
+            for p in _NEIGHBOURS[c]:
+                pending = uncovered[(p, c)]
+                hits = [k for k, a in pending if access.conflicts(a)]
+                if hits:
+                    # Wait for the last conflicting instruction only, not for all of p.
+                    pushed = b.push_after(p, c, max(hits))
+                    b.pop(p, c)
+                    uncovered[(p, c)] = [(k, a) for k, a in pending if k > pushed]
+            k = b.emit(insn)
+            for other in _NEIGHBOURS[c]:
+                uncovered[(c, other)].append((k, access))
 
         # Resident micro-op kernels: all at once when they fit, else a ring.
         total = len(words)
@@ -242,9 +248,9 @@ class _Emitter:
                 ring = hi
             start = resident[kernel]
             sync_and_emit(make(start, start + len(kernel)), access)
-        for p in (L, S):
+        for p in (L, S):         # FINISH waits for the last load and store
             if uncovered[(p, C)]:
-                b.push(p, C)
+                b.push_after(p, C, max(k for k, _ in uncovered[(p, C)]))
                 b.pop(p, C)
         instructions = b.finish()
         for insn in instructions:
