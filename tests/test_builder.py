@@ -67,8 +67,9 @@ def test_push_after_waits_for_one_instruction_not_the_whole_stream():
     assert b.push_after(C, L, first) == first           # the first GEMM pushes, not the last
     assert b.push_after(C, L, first) == 1               # tokens stay in order: the next one pushes
     assert b.push_after(C, L, first) == 3               # none left: a no-op at the end
-    b.pop(C, L)
-    b.pop(C, L)
-    b.pop(C, L)
+    for _ in range(3):
+        b.pop(C, L)
+        b.emit(noop(L))
     program = b.finish()
     assert [bool(i.push_prev) for i in program[:4]] == [True, True, False, True]
+    assert sum(bool(i.pop_next) for i in program) == 3
