@@ -9,7 +9,8 @@ from tilewright.config import load_config
 
 from .checker import check
 from .lower import lower
-from .passes import codegen, fold_loops, inject_dma, inject_virtual_threads, lower_alu, plan_storage, tensorize
+from .passes import (codegen, fold_loops, fuse_requant, inject_dma, inject_virtual_threads, lower_alu, plan_storage,
+                     tensorize)
 
 __all__ = ["PIPELINE", "build", "lower_to_ir"]
 
@@ -19,6 +20,7 @@ PIPELINE = [
     ("inject_dma", inject_dma),                # dma_copy nests -> 2D strided DMA with padding
     ("tensorize", tensorize),                  # GEMM intrinsic nests -> GEMM micro-ops
     ("lower_alu", lower_alu),                  # alu epilogues -> in-place ALU operations
+    ("fuse_requant", fuse_requant),            # requantize on the store path, concurrent with compute
     ("fold_loops", fold_loops),                # loops around GEMM/ALU -> iter_out/iter_in + micro-ops
     ("inject_virtual_threads", inject_virtual_threads),   # latency hiding: interleave threads
 ]

@@ -81,7 +81,12 @@ def _dma(d, env, arrays):
                 sram[s] = dram[src] if inside else 0
             elif inside:
                 dst = v["dram_index"] + r * v["x_stride"] + c
-                dram[dst] = wrap(sram[s], DTYPE_BITS[d.dram.dtype])
+                value = sram[s]
+                if d.requant:
+                    mul, shift, relu = d.requant
+                    hi = (1 << (DTYPE_BITS[d.dram.dtype] - 1)) - 1
+                    value = np.clip(wrap(value * mul, DTYPE_BITS[d.sram.dtype]) >> shift, 0 if relu else -hi - 1, hi)
+                dram[dst] = wrap(value, DTYPE_BITS[d.dram.dtype])
 
 
 def _loop_uops(op, env, fn):

@@ -137,6 +137,7 @@ class Dma(Stmt):
     x_size: Expr
     x_stride: Expr
     pads: tuple = (0, 0, 0, 0)  # y_pad0, y_pad1, x_pad0, x_pad1
+    requant: tuple = None       # (mul, shift, relu): a store that requantizes accumulators
 
 
 @dataclass(eq=False)
@@ -299,6 +300,9 @@ def format_ir(stmt, indent=0):
         src, dst = (_idx(stmt.dram, stmt.dram_index), _idx(stmt.sram, stmt.sram_index))
         if stmt.direction == "store":
             src, dst = dst, src
+        if stmt.requant:
+            mul, shift, relu = stmt.requant
+            pads += f" requant(mul={mul}, shift={shift}{', relu' if relu else ''})"
         return (f"{pad}dma.{stmt.direction} {stmt.mem.name.lower()} {dst} <- {src} "
                 f"y={simplify(stmt.y_size)} x={simplify(stmt.x_size)} stride={simplify(stmt.x_stride)}{pads}\n")
     if isinstance(stmt, Gemm):

@@ -36,6 +36,8 @@ class ComputeUnit(wiring.Component):
     next : Out(TokenPort)      (s2c pops, c2s pushes)
     inp_read, wgt_read : In(ReadPort.Signature)
     out_write : In(WritePort.Signature)
+    acc_for_store : Out(ReadPort.Signature)
+        A read port of the accumulator SRAM for the store stream.
     axi_uop, axi_acc, axi_acc8 : Out(AxiReadSignature)
     protocol_ok : In(1)
         Other streams drained, tokens clear and no instruction after this one
@@ -61,6 +63,7 @@ class ComputeUnit(wiring.Component):
             "prev": Out(TokenPort()), "next": Out(TokenPort()),
             "inp_read": port(ReadPort, "inp"), "wgt_read": port(ReadPort, "wgt"),
             "out_write": port(WritePort, "out"),
+            "acc_for_store": Out(ReadPort.Signature(addr_width=addr_bits(cfg, "acc"), shape=sram_shape(cfg, "acc"))),
             "axi_uop": axi, "axi_acc": axi, "axi_acc8": axi,
             "protocol_ok": In(1),
             "halt": In(1),
@@ -90,6 +93,8 @@ class ComputeUnit(wiring.Component):
         acc_w = acc_mem.write_port()
         acc_ra = acc_mem.read_port(transparent_for=(acc_w,))
         acc_rb = acc_mem.read_port(transparent_for=(acc_w,))
+        # A third reader: requantizing STOREs (tokens keep them off rows compute is writing).
+        wiring.connect(m, wiring.flipped(self.acc_for_store), acc_mem.read_port())
 
         # -- executors -------------------------------------------------------------
         kw = dict(insn_layout=layouts[Opcode.LOAD], addr_width=self.addr_width, data_width=c.dram_bus_width)

@@ -1,6 +1,6 @@
 """The store stream: STORE OUT, from the output SRAM to DRAM."""
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.memory import ReadPort
 from amaranth.lib.wiring import In, Out
@@ -19,15 +19,17 @@ __all__ = ["StoreUnit"]
 class StoreUnit(wiring.Component):
     """Sequencer plus the STORE executor.
 
-    Reads ``y_size·x_size`` consecutive OUT entries from ``sram_base`` (one per
-    cycle, through a small FIFO that hides the SRAM latency) into a
-    :class:`RowWriter`; retires when every write response is in.
+    Reads ``y_size·x_size`` consecutive OUT entries from ``sram_base`` — or,
+    for a requantizing STORE, ACC entries, each lane turned into
+    ``clip((acc · mul) >> shift, lo, hi)`` — one per cycle through a two-stage
+    pipeline and a small FIFO, into a :class:`RowWriter`; retires when every
+    write response is in.
 
     Members
     -------
     cmd : In(stream of CommandLayout)
     prev : Out(TokenPort)   (c2s pops, s2c pushes)
-    out_read : In(ReadPort.Signature)
+    out_read, acc_read : In(ReadPort.Signature)
     axi : Out(AxiWriteSignature)
     halt, fault, error, index, status and counter outputs as in the other units
     """
@@ -39,6 +41,7 @@ class StoreUnit(wiring.Component):
             "cmd": In(stream.Signature(CommandLayout())),
             "prev": Out(TokenPort()),
             "out_read": In(ReadPort.Signature(addr_width=addr_bits(cfg, "out"), shape=sram_shape(cfg, "out"))),
+            "acc_read": In(ReadPort.Signature(addr_width=addr_bits(cfg, "acc"), shape=sram_shape(cfg, "acc"))),
             "axi": Out(AxiWriteSignature(addr_width=addr_width, data_width=cfg.dram_bus_width)),
             "halt": In(1),
             "fault": Out(1), "error": Out(4), "index": Out(32), "started": Out(1),
@@ -75,16 +78,39 @@ class StoreUnit(wiring.Component):
             writer.elements.valid.eq(queue.r_rdy),
             queue.r_en.eq(writer.elements.ready),
         ]
-        # SRAM reads feed the FIFO; one read is in flight for a cycle.
+        # SRAM reads feed the FIFO through two stages: read (1 cycle), then the product.
         addr = Signal(addr_bits(c, "out") + 1)
         left = Signal(32)
-        in_flight = Signal()
         issue = Signal()
+        read_valid = Signal()           # SRAM data arrives this cycle
+        stage_valid = Signal()          # a registered element (and its products) is ready
         m.d.comb += [self.out_read.addr.eq(addr), self.out_read.en.eq(1),
-                     queue.w_data.eq(self.out_read.data), queue.w_en.eq(in_flight)]
-        m.d.sync += in_flight.eq(issue)
+                     self.acc_read.addr.eq(addr), self.acc_read.en.eq(1)]
+        m.d.sync += [read_valid.eq(issue), stage_valid.eq(read_valid)]
         with m.If(issue):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+        lanes = c.batch * c.block_out
+        plain = Signal(E * 8)
+        products = [Signal(signed(c.acc_width), name=f"product_{k}") for k in range(lanes)]
+        with m.If(read_valid):
+            m.d.sync += plain.eq(self.out_read.data)
+            m.d.sync += [p.eq(self.acc_read.data[k] * insn.mul) for k, p in enumerate(products)]
+        hi = (1 << (c.out_width - 1)) - 1
+        lo = Mux(insn.relu, 0, -hi - 1)
+        quantized = []
+        for k, p in enumerate(products):
+            shifted = Signal(signed(c.acc_width), name=f"shifted_{k}")
+            lane = Signal(signed(c.out_width), name=f"quantized_{k}")
+            m.d.comb += shifted.eq(p >> insn.shift)
+            with m.If(shifted > hi):
+                m.d.comb += lane.eq(hi)
+            with m.Elif(shifted < lo):
+                m.d.comb += lane.eq(lo)
+            with m.Else():
+                m.d.comb += lane.eq(shifted)
+            quantized.append(lane)
+        m.d.comb += [queue.w_data.eq(Mux(insn.requant, Cat(quantized), plain)), queue.w_en.eq(stage_valid)]
+        in_flight = read_valid | stage_valid
 
         done = Signal()
         error = Signal(4)
@@ -98,7 +124,7 @@ class StoreUnit(wiring.Component):
                 with m.If((insn.x_size == 0) | (insn.y_size == 0)):
                     m.d.comb += done.eq(1)
                     m.next = "IDLE"
-                with m.Elif(insn.sram_base + count > c.acc_depth):
+                with m.Elif(insn.sram_base + count > c.acc_depth):     # OUT and ACC share one index space
                     m.d.comb += [done.eq(1), error.eq(ErrorCode.SRAM_RANGE)]
                     m.next = "IDLE"
                 with m.Elif(dram_end > (1 << self.addr_width)):
@@ -108,8 +134,8 @@ class StoreUnit(wiring.Component):
                     m.d.comb += writer.cmd.valid.eq(1)
                     m.next = "STREAM"
             with m.State("STREAM"):
-                # Room for the read in flight and the one issued now.
-                m.d.comb += issue.eq((left != 0) & (queue.level + in_flight + 1 <= queue.depth))
+                # Room for the elements in the pipeline and the one issued now.
+                m.d.comb += issue.eq((left != 0) & (queue.level + read_valid + stage_valid + 1 <= queue.depth))
                 with m.If((left == 0) & ~in_flight & ~queue.r_rdy & ~writer.busy):
                     m.d.comb += [done.eq(1), error.eq(Mux(writer.error, ErrorCode.BUS_ERROR, 0))]
                     m.next = "IDLE"

@@ -138,6 +138,7 @@ class Datapath(wiring.Component):
         wiring.connect(m, compute.wgt_read, wgt_mem.read_port())
         wiring.connect(m, compute.out_write, out_mem.write_port())
         wiring.connect(m, store.out_read, out_mem.read_port())
+        wiring.connect(m, store.acc_read, compute.acc_for_store)
 
         # -- AXI: six readers share AR/R, the store stream owns AW/W/B ------------------
         m.submodules.arbiter = arbiter = ReadArbiter(count=len(self.read_clients), addr_width=aw,

@@ -28,7 +28,7 @@ import numpy as np
 from tilewright import isa
 from tilewright.config import load_config
 from tilewright.isa import Alu, ErrorCode, Finish, Gemm, Load, MemType, Store, Stream
-from tilewright.semantics import alu as alu_op, wrap
+from tilewright.semantics import alu as alu_op, requantize, wrap
 
 from .dram import Dram
 
@@ -380,7 +380,9 @@ class FunctionalSimulator:
         self._check_sram(insn, "out")
         elem = self.cfg.elem_bytes("out")
         rows = self._dram_rows(insn, elem)
-        data = self._out[insn.sram_base:insn.sram_base + insn.y_size * insn.x_size]
+        span = slice(insn.sram_base, insn.sram_base + insn.y_size * insn.x_size)
+        data = requantize(self._acc[span], insn.mul, insn.shift, insn.relu, self.cfg) if insn.requant \
+            else self._out[span]
         data = data.astype(data.dtype.newbyteorder("<")).view(np.uint8).reshape(insn.y_size, -1)
         if insn.x_stride >= insn.x_size:
             rows[...] = data

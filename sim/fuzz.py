@@ -5,7 +5,7 @@ A program is a sequence of *steps*; step ``j`` belongs to virtual thread
 SRAMs. Each step has a load block (random padded LOADs of INP and WGT), a
 compute block (random LOAD UOP / ACC / ACC8, GEMM and ALU instructions whose
 indices stay inside the region) and a store block (a random STORE out of
-the region). Tokens order exactly what conflicts: load → compute and
+the region, requantizing accumulators now and then). Tokens order exactly what conflicts: load → compute and
 compute → store (RAW), compute → load and store → compute (WAR on a
 region's reuse ``T`` steps later). Blocks are emitted in a random order
 consistent with those dependencies, so the streams interleave differently
@@ -124,8 +124,12 @@ class _Generator:
         area, elems = self.areas["out"]
         stride = self.rng.choice([x, x + self.rng.randint(1, 3), max(1, x - 1)])
         dram = area + self.rng.randint(0, max(0, elems - ((y - 1) * stride + x)))
+        requant = {}
+        if self.rng.random() < 0.4:     # requantize accumulators on the way out
+            requant = dict(requant=True, relu=self.rng.random() < 0.5, shift=self.rng.randint(0, 31),
+                           mul=self.rng.choice([1, self.rng.randint(-9, 9), self.rng.randint(-(1 << 15), (1 << 15) - 1)]))
         return Store(memory_type=MemType.OUT, sram_base=base + self.rng.randint(0, size - y * x),
-                     dram_base=dram, y_size=y, x_size=x, x_stride=stride)
+                     dram_base=dram, y_size=y, x_size=x, x_stride=stride, **requant)
 
     # -- GEMM / ALU ----------------------------------------------------------------
 

@@ -234,8 +234,15 @@ class ReferenceMachine:
         nbytes = self.elem_bytes("out")
         for r in range(insn.y_size):
             for c in range(insn.x_size):
-                entry = self.out[insn.sram_base + r * insn.x_size + c]
-                raw = encode_values(entry.flatten().tolist(), self.cfg.out_width)
+                index = insn.sram_base + r * insn.x_size + c
+                if insn.requant:        # docs/isa.md: clip((acc · mul) >> shift, lo, hi), product wrapped
+                    hi = (1 << (self.cfg.out_width - 1)) - 1
+                    lo = 0 if insn.relu else -hi - 1
+                    values = [min(max(to_signed(v * insn.mul, self.cfg.acc_width) >> insn.shift, lo), hi)
+                              for v in self.acc[index].flatten().tolist()]
+                else:
+                    values = self.out[index].flatten().tolist()
+                raw = encode_values(values, self.cfg.out_width)
                 self.dram.write((insn.dram_base + r * insn.x_stride + c) * nbytes, raw)
         self.stats["dram_bytes_written"]["out"] += insn.y_size * insn.x_size * nbytes
 

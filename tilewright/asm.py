@@ -10,9 +10,10 @@ is the memory type of a LOAD/STORE (``inp``, ``wgt``, ``uop``, ``acc``,
 ``add``, ``shr``, ``mul``); a number is accepted too, so illegal encodings
 can be written for tests. One-bit fields (``pop_prev``, ``reset``,
 ``use_imm``, ...) are bare words; other fields are ``name=value`` with a
-decimal or ``0x`` value, negative where the field is signed. Unset fields are
-zero. ``#`` or ``;`` starts a comment. Field names and widths come from
-:mod:`tilewright.isa`; :func:`disassemble` prints only non-zero fields, in
+decimal or ``0x`` value, negative where the field is signed. Unset fields
+keep their defaults (zero, except a STORE's ``mul`` of 1). ``#`` or ``;``
+starts a comment. Field names and widths come from :mod:`tilewright.isa`;
+:func:`disassemble` prints only fields that differ from their defaults, in
 bit order, so ``assemble(disassemble(p)) == p``.
 
 Example::
@@ -50,6 +51,7 @@ def format_instruction(insn, cfg):
     if kind:
         value = getattr(insn, kind[0])
         words.append(value.name.lower() if isinstance(value, kind[1]) else str(int(value)))
+    defaults = {name: fld.default for name, fld in cls.__dataclass_fields__.items()}
     for f in isa.instruction_format(cls, cfg).fields:
         if f.name == "opcode" or (kind and f.name == kind[0]):
             continue
@@ -57,7 +59,7 @@ def format_instruction(insn, cfg):
         if _is_flag(f):
             if value:
                 words.append(f.name)
-        elif value:
+        elif value != defaults[f.name]:
             words.append(f"{f.name}={value}")
     return " ".join(words)
 

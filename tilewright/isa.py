@@ -124,6 +124,7 @@ SIZE_BITS = 16
 PAD_BITS = 4
 LOOP_BITS = 14
 IMM_BITS = 16
+SHIFT_BITS = 5
 OPCODE_BITS = 3
 
 
@@ -179,29 +180,10 @@ class _Mem(Instruction):
     y_size: int = _field(SIZE_BITS, "rows moved")
     x_size: int = _field(SIZE_BITS, "elements per row; 0 moves nothing (flags only)")
     x_stride: int = _field(SIZE_BITS, "DRAM elements between row starts")
-    y_pad0: int = _field(PAD_BITS, "zero rows written before the data (LOAD)")
-    y_pad1: int = _field(PAD_BITS, "zero rows written after the data (LOAD)")
-    x_pad0: int = _field(PAD_BITS, "zero elements written before each row (LOAD)")
-    x_pad1: int = _field(PAD_BITS, "zero elements written after each row (LOAD)")
 
     @property
     def moves_nothing(self):
         return self.x_size == 0 or self.y_size == 0
-
-    @property
-    def sram_rows(self):
-        return self.y_pad0 + self.y_size + self.y_pad1
-
-    @property
-    def sram_cols(self):
-        return self.x_pad0 + self.x_size + self.x_pad1
-
-    @property
-    def sram_extent(self):
-        """SRAM entries touched: the padded rectangle for LOAD, the data for STORE."""
-        if self.moves_nothing:
-            return 0
-        return self.sram_rows * self.sram_cols
 
 
 @dataclass(frozen=True)
@@ -214,17 +196,46 @@ class Load(_Mem):
     """
     OPCODE: ClassVar[Opcode] = Opcode.LOAD
     MNEMONIC: ClassVar[str] = "load"
+    y_pad0: int = _field(PAD_BITS, "zero rows written before the data")
+    y_pad1: int = _field(PAD_BITS, "zero rows written after the data")
+    x_pad0: int = _field(PAD_BITS, "zero elements written before each row")
+    x_pad1: int = _field(PAD_BITS, "zero elements written after each row")
+
+    @property
+    def sram_rows(self):
+        return self.y_pad0 + self.y_size + self.y_pad1
+
+    @property
+    def sram_cols(self):
+        return self.x_pad0 + self.x_size + self.x_pad1
+
+    @property
+    def sram_extent(self):
+        """SRAM entries written: the padded rectangle (0 when nothing moves)."""
+        return 0 if self.moves_nothing else self.sram_rows * self.sram_cols
 
 
 @dataclass(frozen=True)
 class Store(_Mem):
-    """OUT SRAM → DRAM, 2D strided: ``y_size × x_size`` consecutive entries from ``sram_base``."""
+    """SRAM → DRAM, 2D strided: ``y_size × x_size`` consecutive entries from ``sram_base``.
+
+    Plain, it writes OUT entries. With ``requant`` it reads the accumulators
+    instead and writes ``clip((acc · mul) >> shift, lo, hi)`` narrowed to the
+    output width (``lo`` 0 with ``relu``): the requantizing epilogue on the
+    store path, concurrent with compute.
+    """
     OPCODE: ClassVar[Opcode] = Opcode.STORE
     MNEMONIC: ClassVar[str] = "store"
     memory_type: MemType = _field(3, "memory moved (only OUT)", default=MemType.OUT)
+    requant: bool = _flag("read ACC and requantize on the way out")
+    relu: bool = _flag("requantize: clip below at 0 instead of the output minimum")
+    shift: int = _field(SHIFT_BITS, "requantize: arithmetic right shift after the multiply")
+    mul: int = _field(IMM_BITS, "requantize: multiplier (the low acc_width bits of acc · mul are kept)",
+                      signed=True, default=1)
 
     @property
     def sram_extent(self):
+        """SRAM entries read (0 when nothing moves)."""
         return 0 if self.moves_nothing else self.y_size * self.x_size
 
 

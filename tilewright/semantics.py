@@ -13,13 +13,16 @@ simulator bit for bit.
   ``n`` (``n ≥ acc_width`` gives zero).
 * Narrowing to the output width truncates (keeps the low bits); clipping is
   done with ``MIN``/``MAX`` before it.
+* A requantizing STORE writes ``clip((acc · mul) >> shift, lo, hi)``: the
+  product wrapped to ``acc_width`` bits, an arithmetic shift, ``hi`` the
+  largest output value and ``lo`` 0 (ReLU) or the smallest.
 """
 
 import numpy as np
 
 from .isa import AluOp
 
-__all__ = ["wrap", "narrow", "alu"]
+__all__ = ["wrap", "narrow", "alu", "requantize"]
 
 
 def wrap(x, bits):
@@ -62,3 +65,11 @@ def alu(op, a, b, bits):
         # |a·b| < 2^62 for bits ≤ 32, so int64 holds the exact product.
         return wrap(a * b, bits)
     return _shift(a, b, bits)
+
+
+def requantize(acc, mul, shift, relu, cfg):
+    """A requantizing STORE's output values (``out_width`` dtype) from accumulators ``acc``."""
+    product = wrap(np.asarray(acc, dtype=np.int64) * mul, cfg.acc_width)
+    hi = (1 << (cfg.out_width - 1)) - 1
+    lo = 0 if relu else -hi - 1
+    return np.clip(product >> shift, lo, hi).astype(f"int{cfg.out_width}")

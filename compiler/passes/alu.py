@@ -13,6 +13,7 @@ non-negative become ``iter_out``/``iter_in``, the others are unrolled into
 micro-ops.
 """
 
+import dataclasses
 import itertools
 
 from tilewright.isa import IMM_BITS, AluOp
@@ -21,7 +22,7 @@ from .. import ir
 from ..expr import Binary, Cast, Const, Load, Var, linear, simplify, substitute
 from ..schedule import ScheduleError
 
-__all__ = ["AluLoweringError", "lower_alu", "fold_loops"]
+__all__ = ["AluLoweringError", "lower_alu", "fold_loops", "fuse_requant"]
 
 _OPS = {"+": AluOp.ADD, "*": AluOp.MUL, "min": AluOp.MIN, "max": AluOp.MAX, ">>": AluOp.SHR}
 _COMMUTATIVE = {"+", "*", "min", "max"}
@@ -119,6 +120,80 @@ def _nest_to_alu(nest):
             alu = ir.For(v, n, alu)
         nests.append(alu)
     return ir.seq(nests)
+
+
+def _leaf(stmt, kind):
+    """The single ``kind`` operation inside a perfect loop nest, or None."""
+    while isinstance(stmt, ir.For):
+        stmt = stmt.body
+    return stmt if isinstance(stmt, kind) else None
+
+
+def _nest_elements(stmt):
+    n = 1
+    while isinstance(stmt, ir.For):
+        n *= stmt.extent
+        stmt = stmt.body
+    return n * len(stmt.uops)
+
+
+def fuse_requant(func, cfg):
+    """Move a requantizing ALU tail (MUL, SHR, then a clip to the output range) into the STORE.
+
+    When the last ALU operations on a buffer before the DMA store that drains
+    it are ``[MUL m] [SHR s]`` and ``MIN hi``/``MAX lo`` with ``hi`` the
+    largest output value and ``lo`` 0 or the smallest, and nothing reads the
+    buffer after the store, the store requantizes on the way out instead:
+    the store stream does that work concurrently with compute.
+    """
+    hi = (1 << (cfg.out_width - 1)) - 1
+
+    def fuse(seq):
+        body, changed, i = list(seq.body), False, 0
+        while i < len(body):
+            dma = _leaf(body[i], ir.Dma)
+            requant = _requant_tail(body, i, dma, hi) if dma is not None else None
+            if requant:
+                (mul, shift, relu), used = requant
+                body[i] = _replace_leaf(body[i], lambda d: dataclasses.replace(d, requant=(mul, shift, relu)))
+                del body[i - used:i]
+                i -= used
+                changed = True
+            i += 1
+        return ir.seq(body) if changed else None
+
+    def rewrite(node):
+        return fuse(node) if isinstance(node, ir.Seq) else None
+    return func.with_body(ir.transform(func.body, rewrite))
+
+
+def _requant_tail(body, i, dma, hi):
+    """``((mul, shift, relu), ALU statements used)`` if ``body[i]`` can requantize what precedes it."""
+    buf = dma.sram
+    if dma.direction != "store" or dma.requant or any(buf in ir.uses(s)[1] for s in body[i + 1:]):
+        return None
+    tail = []
+    for stmt in reversed(body[:i]):
+        alu = _leaf(stmt, ir.Alu)
+        if alu is None or alu.acc is not buf or alu.imm is None or _nest_elements(stmt) != buf.elements:
+            break
+        tail.insert(0, (alu.op, alu.imm))
+    clip = dict(tail[-2:])
+    if len(tail) < 2 or set(clip) != {AluOp.MIN, AluOp.MAX} or clip[AluOp.MIN] != hi \
+            or clip[AluOp.MAX] not in (0, -hi - 1):
+        return None
+    rest, mul, shift = tail[:-2], 1, 0
+    if rest and rest[-1][0] == AluOp.SHR and 0 <= rest[-1][1] < 32:
+        shift = rest.pop()[1]
+    if rest and rest[-1][0] == AluOp.MUL:
+        mul = rest.pop()[1]
+    return (mul, shift, clip[AluOp.MAX] == 0), len(tail) - len(rest)
+
+
+def _replace_leaf(stmt, fn):
+    if isinstance(stmt, ir.For):
+        return ir.For(stmt.var, stmt.extent, _replace_leaf(stmt.body, fn), stmt.kind)
+    return fn(stmt)
 
 
 def fold_loops(func, cfg, max_uops=None):

@@ -100,9 +100,14 @@ class _Emitter:
         dram = seg // elem + v["dram_index"]
         y, x, stride = v["y_size"], v["x_size"], v["x_stride"]
         if d.direction == "store":
+            requant = {}
+            if d.requant:
+                mul, shift, relu = d.requant
+                requant = dict(requant=True, mul=mul, shift=shift, relu=relu)
             insn = Store(memory_type=MemType.OUT, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
-                         x_stride=stride)
-            return insn, _Access(S, [("out", sram, sram + y * x - 1)], [])
+                         x_stride=stride, **requant)
+            # A requantizing store reads the accumulators, a plain one the narrowed copies.
+            return insn, _Access(S, [("acc" if d.requant else "out", sram, sram + y * x - 1)], [])
         rows, cols = pads[0] + y + pads[1], pads[2] + x + pads[3]
         if y <= 0 or x <= 0:     # the whole tile is padding: read zeros, one row over and over
             self.zero_elems[d.mem] = max(self.zero_elems.get(d.mem, 0), cols)

@@ -434,7 +434,8 @@ def test_conv2d_stats(config, shape):
     assert stats["gemm_uops"] >= N * C * O * OH * OW * k * k / intrinsic
     assert stats["gemm_uops"] >= N * Cp * Op * OH * OW * k * k // intrinsic      # padded channels are computed too
     out_entries = N * Op * OH * OW // (cfg.batch * cfg.block_out)
-    assert stats["alu_uops"] >= out_entries * 4          # bias, residual, clip low, clip high (+ mul, shift)
+    # bias and residual on the ALU; multiply, shift and clip on the store path
+    assert stats["alu_uops"] >= out_entries * 2
     assert stats["dram_bytes_written"] >= out.nbytes
     assert stats["dram_bytes_written"] >= N * Op * OH * OW                        # the padded int8 output
     assert stats["dram_bytes_read"] >= Op * Cp * k * k + 4 * Op + N * Op * OH * OW  # weights, bias, residual
@@ -452,7 +453,7 @@ def test_dense_stats(config, shape):
         assert key in stats and stats[key] > 0, key
     Np, Kp, Mp = (layout.round_up(N, cfg.batch), layout.round_up(K, cfg.block_in), layout.round_up(M, cfg.block_out))
     assert stats["gemm_uops"] >= Np * Kp * Mp // (cfg.batch * cfg.block_in * cfg.block_out)
-    assert stats["alu_uops"] >= Np * Mp // (cfg.batch * cfg.block_out) * 3
+    assert stats["alu_uops"] >= Np * Mp // (cfg.batch * cfg.block_out)        # bias (requantize: store path)
     assert stats["dram_bytes_written"] >= out.nbytes
     assert stats["dram_bytes_read"] >= Mp * Kp + Np * Kp + 4 * Mp
 

@@ -60,7 +60,7 @@ def test_conv2d_through_every_pass(threads, residual):
     s, _, _ = conv2d(spec, TINY, tiles=tiles)
     func = lower_to_ir(s, TINY, dump=dump)
     assert seen == ["lower"] + [name for name, _ in PIPELINE]
-    assert "gemm" in str(func) and "dma.load" in str(func) and "alu.max" in str(func)
+    assert "gemm" in str(func) and "dma.load" in str(func) and "requant(" in str(func)
     s, _, _ = conv2d(spec, TINY, tiles=tiles)
     program = build(s, TINY)
     check(program)

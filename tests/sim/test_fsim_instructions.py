@@ -541,7 +541,7 @@ def _rect(draw, depth, window, *, pads):
     span = (y_size - 1) * x_stride + x_size if x_size and y_size else 0
     return dict(sram_base=draw(st.integers(0, min(depth - extent, window))),
                 dram_base=draw(st.integers(0, DRAM_ELEMS - span)),
-                y_size=y_size, x_size=x_size, x_stride=x_stride, **pad)
+                y_size=y_size, x_size=x_size, x_stride=x_stride, **(pad if pads else {}))
 
 
 def _loop_fields(draw, *, weights):
@@ -570,7 +570,11 @@ def random_instruction(draw, cfg):
         return Alu(alu_op=draw(st.sampled_from(list(AluOp))), use_imm=draw(st.booleans()),
                    imm=draw(IMM_VALUES), **_loop_fields(draw, weights=False))
     if kind == "store":
-        return Store(**draw(_rect(cfg.depth("acc"), SRAM_WINDOW, pads=False)))
+        requant = {}
+        if draw(st.booleans()):
+            requant = dict(requant=True, relu=draw(st.booleans()), shift=draw(st.integers(0, 31)),
+                           mul=draw(IMM_VALUES))
+        return Store(**draw(_rect(cfg.depth("acc"), SRAM_WINDOW, pads=False)), **requant)
     buffer = "acc" if kind == "acc8" else kind
     window = UOP_WINDOW if kind == "uop" else SRAM_WINDOW
     return load(kind, **draw(_rect(cfg.depth(buffer), window, pads=True)))
