@@ -3,12 +3,16 @@
 A loop bound to ``n`` virtual threads is unrolled: every buffer allocated
 inside it has ``n`` replicas (planned by storage planning), thread ``v``
 uses replica ``v``, and the threads' statements are interleaved statement
-by statement, descending into loops they share. The loads of thread 1 then
-come before the GEMMs of thread 0 in program order, and dependency tokens
+by statement, descending into loops that hold work of more than one stream
+(a loop of loads alone stays whole per thread, so one thread's loads are not
+queued behind the other's). The loads of thread 1 then come before the GEMMs
+of thread 0 in program order, and dependency tokens
 (inserted at code generation from read/write analysis) let the load stream
 run ahead while compute works on the other replica. Statements that use
 neither the thread variable nor a replicated buffer run once.
 """
+
+from tilewright.isa import MemType
 
 from .. import ir
 from ..expr import substitute
@@ -47,7 +51,12 @@ def _interleave(loop):
         return vt in variables or bool(buffers & local_set)
 
     def thread(stmt, v):
-        return ir.map_leaf(stmt, lambda e: substitute(e, {vt: v}), lambda b: replicas[b][v] if b in replicas else b)
+        def leaf(node):
+            if isinstance(node, (ir.Store, ir.Dma, ir.Gemm, ir.Alu)):
+                return ir.map_leaf(node, lambda e: substitute(e, {vt: v}),
+                                   lambda b: replicas[b][v] if b in replicas else b)
+            return None
+        return ir.transform(stmt, leaf)
 
     def weave(stmt):
         if isinstance(stmt, ir.Seq):
@@ -59,7 +68,24 @@ def _interleave(loop):
         if isinstance(stmt, ir.For):
             if stmt.kind == "vthread":
                 raise ScheduleError("nested virtual-thread loops are not supported; bind one axis")
-            return ir.For(stmt.var, stmt.extent, weave(stmt.body)) if depends(stmt.body) else stmt
+            if not depends(stmt.body):
+                return stmt
+            if len(_streams(stmt.body)) > 1:
+                return ir.For(stmt.var, stmt.extent, weave(stmt.body))
         return ir.seq([thread(stmt, v) for v in range(n)]) if depends(stmt) else stmt
 
     return weave(loop.body)
+
+
+def _streams(stmt):
+    """The instruction streams (load, compute, store) whose work ``stmt`` holds."""
+    found = set()
+
+    def visit(s):
+        if isinstance(s, ir.Dma):
+            found.add("store" if s.direction == "store" else
+                      "load" if s.mem in (MemType.INP, MemType.WGT) else "compute")
+        elif isinstance(s, (ir.Gemm, ir.Alu, ir.Store)):
+            found.add("compute")
+    ir.walk(stmt, visit)
+    return found
