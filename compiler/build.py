@@ -9,7 +9,7 @@ from tilewright.config import load_config
 
 from .checker import check
 from .lower import lower
-from .passes import (codegen, fold_loops, fuse_requant, inject_dma, inject_virtual_threads, lower_alu, plan_storage,
+from .passes import (codegen, fold_loops, fuse_requant, fuse_reset, inject_dma, inject_virtual_threads, lower_alu, plan_storage,
                      tensorize)
 
 __all__ = ["PIPELINE", "build", "lower_to_ir"]
@@ -22,6 +22,7 @@ PIPELINE = [
     ("lower_alu", lower_alu),                  # alu epilogues -> in-place ALU operations
     ("fuse_requant", fuse_requant),            # requantize on the store path, concurrent with compute
     ("fold_loops", fold_loops),                # loops around GEMM/ALU -> iter_out/iter_in + micro-ops
+    ("fuse_reset", fuse_reset),                # the first GEMM of a reduction overwrites: no reset pass
     ("inject_virtual_threads", inject_virtual_threads),   # latency hiding: interleave threads
 ]
 

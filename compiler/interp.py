@@ -111,7 +111,7 @@ def _gemm_uop(g, u, env, arrays):
         return
     x = _elements(arrays[g.inp])[evaluate(u.src, env)]
     w = _elements(arrays[g.wgt])[evaluate(u.wgt, env)]
-    acc[d] = wrap(acc[d] + x @ w.T, DTYPE_BITS[g.acc.dtype])
+    acc[d] = wrap((0 if g.overwrite else acc[d]) + x @ w.T, DTYPE_BITS[g.acc.dtype])
 
 
 def _alu_uop(a, u, env, arrays):

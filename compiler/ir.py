@@ -150,7 +150,9 @@ class Uop:
 
 @dataclass(eq=False)
 class Gemm(Stmt):
-    """``for o < iter_out, i < iter_in, u in uops: dst += src · wgtᵀ`` (or dst = 0 with reset).
+    """``for o < iter_out, i < iter_in, u in uops: dst += src · wgtᵀ``.
+
+    With ``reset`` dst = 0, with ``overwrite`` dst = src · wgtᵀ.
 
     ``loops`` holds ``(var, extent)`` of the (at most two) folded loops and the
     micro-ops' index expressions use those variables; codegen turns them into
@@ -162,6 +164,7 @@ class Gemm(Stmt):
     uops: list
     loops: list = field(default_factory=list)
     reset: bool = False
+    overwrite: bool = False
 
 
 @dataclass(eq=False)
@@ -308,7 +311,7 @@ def format_ir(stmt, indent=0):
     if isinstance(stmt, Gemm):
         loops = " ".join(f"{v.name}<{n}" for v, n in stmt.loops)
         what = f"gemm.reset {stmt.acc.name}" if stmt.reset else \
-            f"gemm {stmt.acc.name} += {stmt.inp.name}·{stmt.wgt.name}"
+            f"gemm {stmt.acc.name} {'=' if stmt.overwrite else '+='} {stmt.inp.name}·{stmt.wgt.name}"
         return f"{pad}{what} loops[{loops}] uops{_uops(stmt.uops)}\n"
     if isinstance(stmt, Alu):
         loops = " ".join(f"{v.name}<{n}" for v, n in stmt.loops)

@@ -182,6 +182,7 @@ class ComputeCore(wiring.Component):
         # -- instruction latch and control ------------------------------------
         is_gemm = Signal()
         reset = Signal()
+        overwrite = Signal()
         use_imm = Signal()
         alu_op = Signal(3)
         imm = Signal(signed(c.acc_width))
@@ -199,7 +200,7 @@ class ComputeCore(wiring.Component):
         with m.If(self.start):
             m.d.sync += [
                 is_gemm.eq(self.insn[:3] == isa.Opcode.GEMM),
-                reset.eq(gemm.reset), use_imm.eq(alu.use_imm), alu_op.eq(alu.alu_op),
+                reset.eq(gemm.reset), overwrite.eq(gemm.overwrite), use_imm.eq(alu.use_imm), alu_op.eq(alu.alu_op),
                 imm.eq(alu.imm), error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0)),
             ]
             m.d.comb += loops.start.eq(~uop_range_bad)
@@ -235,6 +236,7 @@ class ComputeCore(wiring.Component):
         g_valid = _pipe(m, s1_ok & is_gemm, "s2_valid")
         g_dst = _pipe(m, dst[:len(self.acc_write.addr)], "s2_dst")
         g_reset = _pipe(m, reset, "s2_reset")
+        g_overwrite = _pipe(m, overwrite, "s2_overwrite")
         sums = []
         levels = 0
         for b in range(batch):
@@ -248,11 +250,11 @@ class ComputeCore(wiring.Component):
                 sums.append(total)
         # Control rides along the products register and every tree level; the
         # acc read is issued one stage before the sums are ready.
-        ctrl = [(g_valid, g_dst, g_reset)]
+        ctrl = [(g_valid, g_dst, g_reset, g_overwrite)]
         for n in range(levels + 1):
             ctrl.append(tuple(_pipe(m, s, f"g{n}_{k}") for k, s in enumerate(ctrl[-1])))
-        read_valid, read_dst, _ = ctrl[-2]
-        w_valid, w_dst, w_reset = ctrl[-1]
+        read_valid, read_dst, _, _ = ctrl[-2]
+        w_valid, w_dst, w_reset, w_overwrite = ctrl[-1]
 
         # -- ALU: S2 op, write -------------------------------------------------
         a_valid = _pipe(m, s1_ok & ~is_gemm, "a2_valid")
@@ -270,7 +272,7 @@ class ComputeCore(wiring.Component):
         with m.If(w_valid):
             m.d.comb += [write.eq(1), write_dst.eq(w_dst)]
             for lane, total in enumerate(sums):
-                m.d.comb += result[lane].eq(Mux(w_reset, 0, self.acc_read_a.data[lane] + total))
+                m.d.comb += result[lane].eq(Mux(w_reset, 0, Mux(w_overwrite, 0, self.acc_read_a.data[lane]) + total))
         with m.Elif(a_valid):
             m.d.comb += [write.eq(1), write_dst.eq(a_dst)]
             for lane in range(batch * BO):

@@ -444,7 +444,13 @@ class FunctionalSimulator:
             products = (self._products_by_weight(*plan.by_weight) if plan.by_weight
                         else np.concatenate([self._products(g) for g in plan.groups], axis=1))
             products = products.reshape((-1,) + self._acc.shape[1:]).astype(np.int64)
-            if plan.distinct:
+            if plan.overwrite:      # every micro-op overwrites: the last one on a row wins
+                last = slice(None)
+                if not plan.distinct:
+                    last = np.zeros(len(plan.rows), dtype=np.int64)
+                    np.maximum.at(last, plan.inverse, np.arange(plan.inverse.size))
+                self._write_acc(plan.rows, products[last])
+            elif plan.distinct:
                 self._write_acc(plan.rows, self._acc[plan.rows] + products)
             else:   # the same row accumulated several times in one instruction
                 total = self._acc[plan.rows].astype(np.int64)
@@ -468,6 +474,9 @@ class FunctionalSimulator:
         if not insn.uop_count:
             return _GemmPlan()
         dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
+        if insn.overwrite:                  # each micro-op's own product, in execution order
+            rows = dst.all()
+            return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), overwrite=True, **_scatter(rows))
         S, s_pos = src.distinct_offsets()
         W, w_pos = wgt.distinct_offsets()
         if S.size * W.size > 2 * dst.positions:
@@ -554,6 +563,7 @@ class _ProductGroup:
 @dataclass(frozen=True)
 class _GemmPlan:
     reset: bool = False
+    overwrite: bool = False
     rows: object = None       # destination rows (slice or array), in product order
     distinct: bool = True     # no destination row repeats
     inverse: object = None    # product -> position in rows, when rows repeat

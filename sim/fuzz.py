@@ -174,7 +174,8 @@ class _Generator:
         acc, inp, wgt = self.region("acc", t), self.region("inp", t), self.region("wgt", t)
         uops, fields = self.loops({"dst": acc, "src": inp, "wgt": wgt})
         load, first = self.load_uops(uops)
-        return [load, Gemm(reset=self.rng.random() < 0.25, uop_bgn=first, uop_end=first + len(uops), **fields)]
+        mode = self.rng.choice(["reset", "overwrite", "accumulate", "accumulate"])
+        return [load, Gemm(reset=mode == "reset", overwrite=mode == "overwrite", uop_bgn=first, uop_end=first + len(uops), **fields)]
 
     def alu(self, t):
         r = self.rng

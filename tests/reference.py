@@ -271,7 +271,7 @@ class ReferenceMachine:
                     if insn.reset:
                         value = 0
                     else:
-                        value = int(self.acc[dst, b, n])
+                        value = 0 if insn.overwrite else int(self.acc[dst, b, n])
                         for k in range(c.block_in):
                             value += int(self.inp[src, b, k]) * int(self.wgt[wgt, n, k])
                     self.acc[dst, b, n] = to_signed(value, c.acc_width)

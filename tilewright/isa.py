@@ -258,15 +258,19 @@ class _Loop(Instruction):
 
 @dataclass(frozen=True)
 class Gemm(_Loop):
-    """``for o, i, u: acc[dst] += inp[src] · wgt[w]ᵀ`` (or ``acc[dst] = 0`` with reset).
+    """``for o, i, u: acc[dst] += inp[src] · wgt[w]ᵀ``.
 
-    Indices are the micro-op's plus ``o·factor_out + i·factor_in``.
+    With ``reset``, ``acc[dst] = 0``; with ``overwrite``, ``acc[dst] =
+    inp[src] · wgt[w]ᵀ`` (the first step of a reduction, so that no separate
+    reset pass over the accumulators is needed). Indices are the micro-op's
+    plus ``o·factor_out + i·factor_in``.
     """
     OPCODE: ClassVar[Opcode] = Opcode.GEMM
     MNEMONIC: ClassVar[str] = "gemm"
     wgt_factor_out: int = _field(_wgt_bits, "wgt index step per outer iteration")
     wgt_factor_in: int = _field(_wgt_bits, "wgt index step per inner iteration")
     reset: bool = _flag("write zero instead of accumulating")
+    overwrite: bool = _flag("write the product instead of adding it (reset wins)")
 
 
 @dataclass(frozen=True)

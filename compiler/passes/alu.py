@@ -253,6 +253,4 @@ def _fold(op, loops, max_uops):
         for u in op.uops:
             uops.append(ir.Uop(*(simplify(substitute(getattr(u, f), env)) if not isinstance(getattr(u, f), int)
                                  else getattr(u, f) for f in ("dst", "src", "wgt"))))
-    clone = ir.Gemm(op.acc, op.inp, op.wgt, uops, kept, op.reset) if isinstance(op, ir.Gemm) else \
-        ir.Alu(op.op, op.acc, uops, kept, op.imm, op.src)
-    return clone
+    return dataclasses.replace(op, uops=uops, loops=kept)

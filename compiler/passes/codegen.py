@@ -156,7 +156,7 @@ class _Emitter:
         if isinstance(op, ir.Gemm):
             loops.update(wgt_factor_out=f_out["wgt"], wgt_factor_in=f_in["wgt"])
             reads = [] if op.reset else [("inp", lo["src"], hi["src"]), ("wgt", lo["wgt"], hi["wgt"])]
-            make = lambda bgn, end: Gemm(reset=op.reset, uop_bgn=bgn, uop_end=end, **loops)  # noqa: E731
+            make = lambda bgn, end: Gemm(reset=op.reset, overwrite=op.overwrite, uop_bgn=bgn, uop_end=end, **loops)  # noqa: E731
         else:
             reads = [("acc", lo["dst"], hi["dst"])]
             if op.imm is None:

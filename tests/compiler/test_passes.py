@@ -6,14 +6,18 @@ every pass, and each result must equal the numpy computation. The final
 program must equal it too, on the functional simulator.
 """
 
+import re
+
 import numpy as np
 import pytest
 
 from tilewright import PRESETS
-from tilewright.compiler import build, check, lower_to_ir
+from tilewright.compiler import build, check, ir, lower_to_ir
 from tilewright.compiler.build import PIPELINE
 from tilewright.compiler.interp import run_ir
 from tilewright.compiler.ops import Conv2dSpec, ConvTiles, DenseSpec, DenseTiles, conv2d, dense
+from tilewright.compiler.expr import Var, as_expr
+from tilewright.compiler.passes.overwrite import fuse_reset
 from tilewright.compiler.passes.storage import StorageError
 from tilewright.runtime import get_device
 
@@ -61,6 +65,7 @@ def test_conv2d_through_every_pass(threads, residual):
     func = lower_to_ir(s, TINY, dump=dump)
     assert seen == ["lower"] + [name for name, _ in PIPELINE]
     assert "gemm" in str(func) and "dma.load" in str(func) and "requant(" in str(func)
+    assert "gemm.reset" not in str(func) and re.search(r"gemm conv(\[0\])? = data_pad", str(func))  # fuse_reset
     s, _, _ = conv2d(spec, TINY, tiles=tiles)
     program = build(s, TINY)
     check(program)
@@ -84,7 +89,7 @@ def test_virtual_threads_interleave_and_replicate():
     s, _, _ = conv2d(spec, TINY, tiles=ConvTiles(1, 5, 3, 1, threads=2))
     text = str(lower_to_ir(s, TINY))
     # Thread 1's input load comes before thread 0's GEMM: load can run ahead.
-    assert text.index("data_pad.inp[1]") < text.index("gemm conv[0] +=")
+    assert text.index("data_pad.inp[1]") < text.index("gemm conv[0] ")
     assert "vthread" not in text
 
 
@@ -94,3 +99,31 @@ def test_storage_error_names_buffer_bytes_and_capacity():
     with pytest.raises(StorageError, match=r"the inp buffer needs \d+ bytes \(data_pad.inp \d+ B × 2 threads\) "
                                            r"but has 1024 bytes"):
         lower_to_ir(s, TINY)
+
+
+
+def _reset_then_gemm(dsts, n=5):
+    """``acc = 0`` over rows 0..4, then a GEMM over ``x < n`` with micro-op ``j`` writing row ``dsts[j](x)``."""
+    acc = ir.Buffer("acc", (5, 1, 4), "int32", "acc")
+    inp, wgt = ir.Buffer("inp", (8, 1, 4), "int8", "inp"), ir.Buffer("wgt", (3, 4, 4), "int8", "wgt")
+    r, x = Var("r"), Var("x")
+    reset = ir.Gemm(acc, None, None, [ir.Uop(r)], [(r, 5)], reset=True)
+    gemm = ir.Gemm(acc, inp, wgt, [ir.Uop(dst(x), x + j, as_expr(j)) for j, dst in enumerate(dsts)], [(x, n)])
+    return ir.Function("f", [acc, inp, wgt], ir.seq([reset, gemm]), [acc])
+
+
+def test_fuse_reset_overwrites_with_the_first_micro_op():
+    func = _reset_then_gemm([lambda x: x] * 3)
+    fused = fuse_reset(func)
+    assert "gemm.reset" not in str(fused) and "gemm acc = inp·wgt" in str(fused)
+    rng = np.random.default_rng(3)
+    values = {"acc": rng.integers(-99, 99, (5, 1, 4)), "inp": rng.integers(-128, 128, (8, 1, 4)),
+              "wgt": rng.integers(-128, 128, (3, 4, 4))}
+    np.testing.assert_array_equal(run_ir(fused, values)["acc"], run_ir(func, values)["acc"])
+
+
+@pytest.mark.parametrize("dsts, n", [([lambda x: x, lambda x: x + 1], 4),   # row 4's first write is micro-op 1's
+                                     ([lambda x: x + 1], 4)],                # row 0 is reset but never written
+                         ids=["first_writes_straddle_micro_ops", "reset_covers_more_rows"])
+def test_fuse_reset_keeps_the_reset_when_not_exact(dsts, n):
+    assert "gemm.reset" in str(fuse_reset(_reset_then_gemm(dsts, n)))

@@ -295,6 +295,16 @@ def test_gemm_reset():
     check_against_fsim(insn, contents)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_gemm_overwrite(seed):
+    """GEMM with overwrite replaces every destination by its product (the last micro-op on a repeated row wins)."""
+    rng = np.random.default_rng(20 + seed)
+    insn, uops = random_loop(rng, Gemm, n_uops=int(rng.integers(1, 6)), iter_out=int(rng.integers(1, 4)),
+                             iter_in=int(rng.integers(1, 4)), overwrite=True)
+    uops[-1] = (uops[0][0],) + uops[-1][1:]            # a repeated destination in every iteration
+    check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
+
+
 @pytest.mark.parametrize("distance", [1, 2, 3, 4, 5, 7])
 def test_gemm_repeated_destination(distance):
     """Micro-ops writing the row written ``distance`` micro-ops earlier accumulate every product.

@@ -315,6 +315,22 @@ def test_gemm_reset(cfg, rng):
     assert stats["gemm_uops"] == 30 + 18 + 6
 
 
+@pytest.mark.parametrize("cfg", [TINY, BATCH2], ids=cfg_id)
+def test_gemm_overwrite(cfg, rng):
+    """Overwrite replaces each destination by its micro-op's product; on a repeated row the last one wins."""
+    bench = Bench(cfg)
+    uops = bench.put("uop", GEMM_UOPS)
+    stats = bench.run([
+        *_gemm_setup(bench, rng),
+        load("uop", sram_base=0, dram_base=uops, y_size=1, x_size=5),
+        Gemm(uop_bgn=0, uop_end=5, **GEMM_LOOPS),
+        Gemm(overwrite=True, uop_bgn=1, uop_end=4, **GEMM_LOOPS),
+        Gemm(overwrite=True, reset=True, uop_bgn=4, uop_end=5, **{**GEMM_LOOPS, "iter_out": 1}),
+        Gemm(uop_bgn=2, uop_end=5, **{**GEMM_LOOPS, "iter_out": 1}),
+    ])
+    assert stats["gemm_uops"] == 30 + 18 + 2 + 6
+
+
 @pytest.mark.parametrize("loops", [dict(uop_bgn=3, uop_end=3, iter_out=2, iter_in=2),
                                    dict(uop_bgn=0, uop_end=3, iter_out=0, iter_in=2),
                                    dict(uop_bgn=0, uop_end=3, iter_out=2, iter_in=0)],
@@ -565,7 +581,7 @@ IMM_VALUES = st.one_of(st.integers(-40, 40), st.integers(-32768, 32767), st.samp
 def random_instruction(draw, cfg):
     kind = draw(st.sampled_from(["uop", "inp", "wgt", "acc", "acc8"] + ["gemm", "alu"] * 3 + ["store"] * 2))
     if kind == "gemm":
-        return Gemm(reset=draw(st.booleans()), **_loop_fields(draw, weights=True))
+        return Gemm(reset=draw(st.booleans()), overwrite=draw(st.booleans()), **_loop_fields(draw, weights=True))
     if kind == "alu":
         return Alu(alu_op=draw(st.sampled_from(list(AluOp))), use_imm=draw(st.booleans()),
                    imm=draw(IMM_VALUES), **_loop_fields(draw, weights=False))
