@@ -2,10 +2,11 @@
 
 A loop bound to ``n`` virtual threads is unrolled: every buffer allocated
 inside it has ``n`` replicas (planned by storage planning), thread ``v``
-uses replica ``v``, and the threads' statements are interleaved statement
-by statement, descending into loops that hold work of more than one stream
-(a loop of loads alone stays whole per thread, so one thread's loads are not
-queued behind the other's). The loads of thread 1 then come before the GEMMs
+uses replica ``v``, and the threads' statements are interleaved: a run of
+consecutive statements of one stream (a loop of loads counts as one) goes
+out for thread 0, then for thread 1, and so on; loops that hold work of
+more than one stream are descended into. One thread's loads are then never
+queued behind the other's. The loads of thread 1 then come before the GEMMs
 of thread 0 in program order, and dependency tokens
 (inserted at code generation from read/write analysis) let the load stream
 run ahead while compute works on the other replica. Statements that use
@@ -58,9 +59,33 @@ def _interleave(loop):
             return None
         return ir.transform(stmt, leaf)
 
+    def unit_stream(stmt):
+        """The stream of a statement emitted whole per thread (a leaf, or a loop of one stream's work)."""
+        if not depends(stmt) or not isinstance(stmt, (ir.For, ir.Dma, ir.Gemm, ir.Alu, ir.Store)):
+            return None
+        streams = _streams(stmt)
+        return streams.pop() if len(streams) == 1 else None
+
+    def weave_seq(stmts):
+        # Consecutive statements of one stream go out thread by thread, as runs:
+        # thread 0's input and weight loads, then thread 1's, so that thread 0's
+        # next GEMM does not wait behind loads of thread 1 that wait on its GEMM.
+        out, run, run_stream = [], [], None
+        for s in stmts + [None]:
+            stream = unit_stream(s) if s is not None else None
+            if run and stream != run_stream:
+                out += [thread(r, v) for v in range(n) for r in run]
+                run = []
+            if stream is not None:
+                run.append(s)
+                run_stream = stream
+            elif s is not None:
+                out.append(weave(s))
+        return ir.seq(out)
+
     def weave(stmt):
         if isinstance(stmt, ir.Seq):
-            return ir.seq([weave(s) for s in stmt.body])
+            return weave_seq(stmt.body)
         if isinstance(stmt, ir.Allocate):
             return ir.Allocate(stmt.buffer, weave(stmt.body))
         if isinstance(stmt, ir.Attr):
