@@ -83,9 +83,11 @@ def _dma(d, env, arrays):
                 dst = v["dram_index"] + r * v["x_stride"] + c
                 value = sram[s]
                 if d.requant:
-                    mul, shift, relu = d.requant
+                    q, bits = d.requant, DTYPE_BITS[d.sram.dtype]
+                    if q.bias is not None:
+                        value = wrap(value + _elements(arrays[q.bias])[evaluate(q.bias_index, env)], bits)
                     hi = (1 << (DTYPE_BITS[d.dram.dtype] - 1)) - 1
-                    value = np.clip(wrap(value * mul, DTYPE_BITS[d.sram.dtype]) >> shift, 0 if relu else -hi - 1, hi)
+                    value = np.clip(wrap(value * q.mul, bits) >> q.shift, 0 if q.relu else -hi - 1, hi)
                 dram[dst] = wrap(value, DTYPE_BITS[d.dram.dtype])
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 
 from .expr import Expr, Var, simplify
 
-__all__ = ["Function", "Buffer", "Stmt", "For", "Seq", "Allocate", "Store", "Attr", "Dma", "Uop", "Gemm", "Alu",
+__all__ = ["Function", "Buffer", "Stmt", "For", "Seq", "Allocate", "Store", "Attr", "Dma", "Requant", "Uop", "Gemm",
+           "Alu",
            "walk", "transform", "seq", "format_ir", "map_leaf", "uses"]
 
 
@@ -137,7 +138,22 @@ class Dma(Stmt):
     x_size: Expr
     x_stride: Expr
     pads: tuple = (0, 0, 0, 0)  # y_pad0, y_pad1, x_pad0, x_pad1
-    requant: tuple = None       # (mul, shift, relu): a store that requantizes accumulators
+    requant: "Requant" = None   # a store that requantizes accumulators
+
+
+@dataclass(frozen=True, eq=False)
+class Requant:
+    """A store's requantization: ``clip(((acc + bias) · mul) >> shift)`` (clipped at 0 with ``relu``).
+
+    ``bias`` is an accumulator buffer and ``bias_index`` (an expression of the
+    loops around the store) the element of it added to every element the
+    store reads; without ``bias`` nothing is added.
+    """
+    mul: int
+    shift: int
+    relu: bool
+    bias: Buffer = None
+    bias_index: Expr = None
 
 
 @dataclass(eq=False)
@@ -224,9 +240,13 @@ def map_leaf(stmt, expr_fn, buffer_fn=lambda b: b):
     if isinstance(stmt, Store):
         return Store(buffer_fn(stmt.buffer), tuple(ex(i) for i in stmt.indices), ex(stmt.value))
     if isinstance(stmt, Dma):
+        q = stmt.requant
+        if q is not None and q.bias is not None:
+            q = replace(q, bias=buffer_fn(q.bias), bias_index=ex(q.bias_index))
         return replace(stmt, sram=buffer_fn(stmt.sram), dram=buffer_fn(stmt.dram),
                        sram_index=ex(stmt.sram_index), dram_index=ex(stmt.dram_index), y_size=ex(stmt.y_size),
-                       x_size=ex(stmt.x_size), x_stride=ex(stmt.x_stride), pads=tuple(ex(p) for p in stmt.pads))
+                       x_size=ex(stmt.x_size), x_stride=ex(stmt.x_stride), pads=tuple(ex(p) for p in stmt.pads),
+                       requant=q)
     uops = [Uop(ex(u.dst), ex(u.src), ex(u.wgt)) for u in stmt.uops]
     if isinstance(stmt, Gemm):
         return replace(stmt, acc=buffer_fn(stmt.acc), inp=stmt.inp and buffer_fn(stmt.inp),
@@ -257,6 +277,9 @@ def uses(stmt):
             buffers.update((s.sram, s.dram))
             for e in (s.sram_index, s.dram_index, s.y_size, s.x_size, s.x_stride, *s.pads):
                 expr(e)
+            if s.requant is not None and s.requant.bias is not None:
+                buffers.add(s.requant.bias)
+                expr(s.requant.bias_index)
         elif isinstance(s, (Gemm, Alu)):
             buffers.update(b for b in (s.acc, getattr(s, "inp", None), getattr(s, "wgt", None),
                                        getattr(s, "src", None)) if b is not None)
@@ -304,8 +327,9 @@ def format_ir(stmt, indent=0):
         if stmt.direction == "store":
             src, dst = dst, src
         if stmt.requant:
-            mul, shift, relu = stmt.requant
-            pads += f" requant(mul={mul}, shift={shift}{', relu' if relu else ''})"
+            q = stmt.requant
+            bias = f", bias={_idx(q.bias, q.bias_index)}" if q.bias else ""
+            pads += f" requant(mul={q.mul}, shift={q.shift}{', relu' if q.relu else ''}{bias})"
         return (f"{pad}dma.{stmt.direction} {stmt.mem.name.lower()} {dst} <- {src} "
                 f"y={simplify(stmt.y_size)} x={simplify(stmt.x_size)} stride={simplify(stmt.x_stride)}{pads}\n")
     if isinstance(stmt, Gemm):

@@ -21,9 +21,10 @@ class StoreUnit(wiring.Component):
 
     Reads ``y_size·x_size`` consecutive OUT entries from ``sram_base`` — or,
     for a requantizing STORE, ACC entries, each lane turned into
-    ``clip((acc · mul) >> shift, lo, hi)`` — one per cycle through a two-stage
-    pipeline and a small FIFO, into a :class:`RowWriter`; retires when every
-    write response is in.
+    ``clip(((acc + bias) · mul) >> shift, lo, hi)`` — one per cycle through a
+    two-stage pipeline and a small FIFO, into a :class:`RowWriter`; retires
+    when every write response is in. A ``set_bias`` STORE reads one ACC entry
+    into the bias register instead.
 
     Members
     -------
@@ -91,10 +92,14 @@ class StoreUnit(wiring.Component):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
         lanes = c.batch * c.block_out
         plain = Signal(E * 8)
+        bias = Signal.like(self.acc_read.data)          # the bias register: zero after reset
         products = [Signal(signed(c.acc_width), name=f"product_{k}") for k in range(lanes)]
         with m.If(read_valid):
             m.d.sync += plain.eq(self.out_read.data)
-            m.d.sync += [p.eq(self.acc_read.data[k] * insn.mul) for k, p in enumerate(products)]
+            for k, p in enumerate(products):
+                biased = Signal(signed(c.acc_width), name=f"biased_{k}")      # wraps, as ALU ADD does
+                m.d.comb += biased.eq(self.acc_read.data[k] + Mux(insn.bias, bias[k], 0))
+                m.d.sync += p.eq(biased * insn.mul)
         hi = (1 << (c.out_width - 1)) - 1
         lo = Mux(insn.relu, 0, -hi - 1)
         quantized = []
@@ -121,7 +126,12 @@ class StoreUnit(wiring.Component):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += [addr.eq(insn.sram_base), left.eq(count)]
-                with m.If((insn.x_size == 0) | (insn.y_size == 0)):
+                with m.If(insn.set_bias & (insn.sram_base >= c.acc_depth)):
+                    m.d.comb += [done.eq(1), error.eq(ErrorCode.SRAM_RANGE)]
+                    m.next = "IDLE"
+                with m.Elif(insn.set_bias):
+                    m.next = "BIAS_READ"
+                with m.Elif((insn.x_size == 0) | (insn.y_size == 0)):
                     m.d.comb += done.eq(1)
                     m.next = "IDLE"
                 with m.Elif(insn.sram_base + count > c.acc_depth):     # OUT and ACC share one index space
@@ -133,6 +143,12 @@ class StoreUnit(wiring.Component):
                 with m.Else():
                     m.d.comb += writer.cmd.valid.eq(1)
                     m.next = "STREAM"
+            with m.State("BIAS_READ"):       # addr = sram_base: the entry arrives next cycle
+                m.next = "BIAS_LATCH"
+            with m.State("BIAS_LATCH"):
+                m.d.sync += bias.eq(self.acc_read.data)
+                m.d.comb += done.eq(1)
+                m.next = "IDLE"
             with m.State("STREAM"):
                 # Room for the elements in the pipeline and the one issued now.
                 m.d.comb += issue.eq((left != 0) & (queue.level + read_valid + stage_valid + 1 <= queue.depth))
@@ -147,6 +163,6 @@ class StoreUnit(wiring.Component):
             self.busy.eq(seq.busy), self.blocked.eq(seq.blocked), self.retired.eq(seq.retired),
             self.dma_busy.eq(seq.executing),
             self.wait_pop_prev.eq(seq.wait_pop_prev), self.wait_push_prev.eq(seq.wait_push_prev),
-            self.bytes_out.eq(Mux(seq.retired, count << shift, 0)),
+            self.bytes_out.eq(Mux(seq.retired & ~insn.set_bias, count << shift, 0)),
         ]
         return m

@@ -214,6 +214,7 @@ class FunctionalSimulator:
 
     def _execute(self, words):
         self.stats = stats = RunStats()
+        self._bias = np.zeros(self._acc.shape[1:], dtype=np.int64)   # the store stream's bias register
         self.executed = []
         depth_cmd, depth_tok = self.cfg.cmd_queue_depth, self.cfg.token_queue_depth
         cmd = {s: deque() for s in Stream}         # (index, insn) per stream
@@ -375,14 +376,20 @@ class FunctionalSimulator:
         return _int_dtype(bits)
 
     def _store(self, insn):
+        if insn.set_bias:
+            if insn.sram_base >= self.cfg.acc_depth:
+                raise ExecutionError(ErrorCode.SRAM_RANGE, f"STORE set_bias reads acc entry {insn.sram_base} "
+                                                           f"but the buffer has {self.cfg.acc_depth}")
+            self._bias = self._acc[insn.sram_base].copy()
+            return
         if insn.moves_nothing:
             return
         self._check_sram(insn, "out")
         elem = self.cfg.elem_bytes("out")
         rows = self._dram_rows(insn, elem)
         span = slice(insn.sram_base, insn.sram_base + insn.y_size * insn.x_size)
-        data = requantize(self._acc[span], insn.mul, insn.shift, insn.relu, self.cfg) if insn.requant \
-            else self._out[span]
+        data = requantize(self._acc[span], insn.mul, insn.shift, insn.relu, self.cfg,
+                          self._bias if insn.bias else 0) if insn.requant else self._out[span]
         data = data.astype(data.dtype.newbyteorder("<")).view(np.uint8).reshape(insn.y_size, -1)
         if insn.x_stride >= insn.x_size:
             rows[...] = data

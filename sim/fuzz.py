@@ -5,7 +5,8 @@ A program is a sequence of *steps*; step ``j`` belongs to virtual thread
 SRAMs. Each step has a load block (random padded LOADs of INP and WGT), a
 compute block (random LOAD UOP / ACC / ACC8, GEMM and ALU instructions whose
 indices stay inside the region) and a store block (a random STORE out of
-the region, requantizing accumulators now and then). Tokens order exactly what conflicts: load → compute and
+the region, requantizing accumulators now and then, with a bias row latched
+by ``set_bias`` or left from an earlier store). Tokens order exactly what conflicts: load → compute and
 compute → store (RAW), compute → load and store → compute (WAR on a
 region's reuse ``T`` steps later). Blocks are emitted in a random order
 consistent with those dependencies, so the streams interleave differently
@@ -124,12 +125,15 @@ class _Generator:
         area, elems = self.areas["out"]
         stride = self.rng.choice([x, x + self.rng.randint(1, 3), max(1, x - 1)])
         dram = area + self.rng.randint(0, max(0, elems - ((y - 1) * stride + x)))
-        requant = {}
+        requant, insns = {}, []
         if self.rng.random() < 0.4:     # requantize accumulators on the way out
             requant = dict(requant=True, relu=self.rng.random() < 0.5, shift=self.rng.randint(0, 31),
-                           mul=self.rng.choice([1, self.rng.randint(-9, 9), self.rng.randint(-(1 << 15), (1 << 15) - 1)]))
-        return Store(memory_type=MemType.OUT, sram_base=base + self.rng.randint(0, size - y * x),
-                     dram_base=dram, y_size=y, x_size=x, x_stride=stride, **requant)
+                           mul=self.rng.choice([1, self.rng.randint(-9, 9), self.rng.randint(-(1 << 15), (1 << 15) - 1)]),
+                           bias=self.rng.random() < 0.6)
+            if requant["bias"] and self.rng.random() < 0.7:     # else the register from an earlier store
+                insns.append(Store(set_bias=True, sram_base=base + self.rng.randint(0, size - 1)))
+        return insns + [Store(memory_type=MemType.OUT, sram_base=base + self.rng.randint(0, size - y * x),
+                              dram_base=dram, y_size=y, x_size=x, x_stride=stride, **requant)]
 
     # -- GEMM / ALU ----------------------------------------------------------------
 
@@ -208,7 +212,7 @@ class _Generator:
                     compute.extend(getattr(self, kind)(t))
             blocks[("load", j)] = loads
             blocks[("compute", j)] = compute
-            blocks[("store", j)] = [self.store(self.region("out", t))] if r.random() < 0.9 else []
+            blocks[("store", j)] = self.store(self.region("out", t)) if r.random() < 0.9 else []
         return blocks
 
     def order(self):

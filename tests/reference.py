@@ -193,6 +193,7 @@ class ReferenceMachine:
         """Execute ``program`` (which must end with FINISH); return the counters."""
         assert program and isinstance(program[-1], Finish), "programs end with FINISH"
         self.stats = self._fresh_stats()
+        self.bias = [0] * (self.cfg.batch * self.cfg.block_out)
         for insn in program:
             self.stats["dram_bytes_read"]["insn"] += INSN_BYTES
             self.stats["instructions"][_stream(insn)] += 1
@@ -229,17 +230,23 @@ class ReferenceMachine:
 
     def store(self, insn):
         assert insn.memory_type == MemType.OUT
+        if insn.set_bias:
+            assert insn.sram_base < len(self.acc), "set_bias beyond the accumulators"
+            self.bias = self.acc[insn.sram_base].flatten().tolist()
+            return
         if insn.x_size == 0 or insn.y_size == 0:
             return
         nbytes = self.elem_bytes("out")
         for r in range(insn.y_size):
             for c in range(insn.x_size):
                 index = insn.sram_base + r * insn.x_size + c
-                if insn.requant:        # docs/isa.md: clip((acc · mul) >> shift, lo, hi), product wrapped
+                if insn.requant:        # docs/isa.md: clip(((acc + bias) · mul) >> shift, lo, hi), wrapped
                     hi = (1 << (self.cfg.out_width - 1)) - 1
                     lo = 0 if insn.relu else -hi - 1
-                    values = [min(max(to_signed(v * insn.mul, self.cfg.acc_width) >> insn.shift, lo), hi)
-                              for v in self.acc[index].flatten().tolist()]
+                    bias = self.bias if insn.bias else [0] * len(self.bias)
+                    w = self.cfg.acc_width
+                    values = [min(max(to_signed(to_signed(v + b, w) * insn.mul, w) >> insn.shift, lo), hi)
+                              for v, b in zip(self.acc[index].flatten().tolist(), bias)]
                 else:
                     values = self.out[index].flatten().tolist()
                 raw = encode_values(values, self.cfg.out_width)

@@ -220,9 +220,12 @@ class Store(_Mem):
     """SRAM → DRAM, 2D strided: ``y_size × x_size`` consecutive entries from ``sram_base``.
 
     Plain, it writes OUT entries. With ``requant`` it reads the accumulators
-    instead and writes ``clip((acc · mul) >> shift, lo, hi)`` narrowed to the
-    output width (``lo`` 0 with ``relu``): the requantizing epilogue on the
-    store path, concurrent with compute.
+    instead and writes ``clip(((acc + bias) · mul) >> shift, lo, hi)`` narrowed
+    to the output width (``lo`` 0 with ``relu``; ``bias`` the store stream's
+    bias register with the ``bias`` flag, else 0): the requantizing epilogue
+    on the store path, concurrent with compute. With ``set_bias`` it moves
+    nothing and loads the bias register from ``acc[sram_base]`` instead
+    (the register is zero at the start of a run).
     """
     OPCODE: ClassVar[Opcode] = Opcode.STORE
     MNEMONIC: ClassVar[str] = "store"
@@ -232,10 +235,16 @@ class Store(_Mem):
     shift: int = _field(SHIFT_BITS, "requantize: arithmetic right shift after the multiply")
     mul: int = _field(IMM_BITS, "requantize: multiplier (the low acc_width bits of acc · mul are kept)",
                       signed=True, default=1)
+    bias: bool = _flag("requantize: add the bias register to the accumulators first")
+    set_bias: bool = _flag("load the bias register from acc[sram_base]; nothing is stored")
+
+    @property
+    def moves_nothing(self):
+        return self.set_bias or super().moves_nothing
 
     @property
     def sram_extent(self):
-        """SRAM entries read (0 when nothing moves)."""
+        """SRAM entries read (0 when nothing moves; see ``set_bias`` for the bias register's entry)."""
         return 0 if self.moves_nothing else self.y_size * self.x_size
 
 

@@ -67,9 +67,14 @@ def alu(op, a, b, bits):
     return _shift(a, b, bits)
 
 
-def requantize(acc, mul, shift, relu, cfg):
-    """A requantizing STORE's output values (``out_width`` dtype) from accumulators ``acc``."""
-    product = wrap(np.asarray(acc, dtype=np.int64) * mul, cfg.acc_width)
+def requantize(acc, mul, shift, relu, cfg, bias=0):
+    """A requantizing STORE's output values (``out_width`` dtype) from accumulators ``acc``.
+
+    ``clip(((acc + bias) · mul) >> shift)``, the sum and the product each
+    wrapped to ``acc_width`` as the ALU's ADD and MUL wrap.
+    """
+    total = wrap(np.asarray(acc, dtype=np.int64) + np.asarray(bias, dtype=np.int64), cfg.acc_width)
+    product = wrap(total * mul, cfg.acc_width)
     hi = (1 << (cfg.out_width - 1)) - 1
     lo = 0 if relu else -hi - 1
     return np.clip(product >> shift, lo, hi).astype(f"int{cfg.out_width}")

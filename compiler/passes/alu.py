@@ -19,7 +19,7 @@ import itertools
 from tilewright.isa import IMM_BITS, AluOp
 
 from .. import ir
-from ..expr import Binary, Cast, Const, Load, Var, linear, simplify, substitute
+from ..expr import Binary, Cast, Const, Load, Var, as_expr, evaluate, free_vars, linear, simplify, substitute
 from ..schedule import ScheduleError
 
 __all__ = ["AluLoweringError", "lower_alu", "fold_loops", "fuse_requant"]
@@ -138,13 +138,16 @@ def _nest_elements(stmt):
 
 
 def fuse_requant(func, cfg):
-    """Move a requantizing ALU tail (MUL, SHR, then a clip to the output range) into the STORE.
+    """Move a requantizing ALU tail (bias, MUL, SHR, then a clip to the output range) into the STORE.
 
     When the last ALU operations on a buffer before the DMA store that drains
     it are ``[MUL m] [SHR s]`` and ``MIN hi``/``MAX lo`` with ``hi`` the
     largest output value and ``lo`` 0 or the smallest, and nothing reads the
     buffer after the store, the store requantizes on the way out instead:
-    the store stream does that work concurrently with compute.
+    the store stream does that work concurrently with compute. A vector ADD
+    before them whose operand is one element per store (a bias broadcast
+    over the tile) moves into the store too (ADDs commute, so it may sit
+    before other vector ADDs, such as a residual).
     """
     hi = (1 << (cfg.out_width - 1)) - 1
 
@@ -152,12 +155,13 @@ def fuse_requant(func, cfg):
         body, changed, i = list(seq.body), False, 0
         while i < len(body):
             dma = _leaf(body[i], ir.Dma)
-            requant = _requant_tail(body, i, dma, hi) if dma is not None else None
-            if requant:
-                (mul, shift, relu), used = requant
-                body[i] = _replace_leaf(body[i], lambda d: dataclasses.replace(d, requant=(mul, shift, relu)))
-                del body[i - used:i]
-                i -= used
+            fused = _requant_tail(body, i, dma, hi) if dma is not None else None
+            if fused:
+                requant, used, store = fused
+                body[i] = _replace_leaf(store, lambda d: dataclasses.replace(d, requant=requant))
+                for k in sorted(used, reverse=True):
+                    del body[k]
+                i -= len(used)
                 changed = True
             i += 1
         return ir.seq(body) if changed else None
@@ -168,7 +172,8 @@ def fuse_requant(func, cfg):
 
 
 def _requant_tail(body, i, dma, hi):
-    """``((mul, shift, relu), ALU statements used)`` if ``body[i]`` can requantize what precedes it."""
+    """``(Requant, indices of the ALU statements it replaces, store nest)`` if ``body[i]`` can requantize what
+    precedes it (the store nest is split into one store per row when that lets it add the bias)."""
     buf = dma.sram
     if dma.direction != "store" or dma.requant or any(buf in ir.uses(s)[1] for s in body[i + 1:]):
         return None
@@ -187,7 +192,87 @@ def _requant_tail(body, i, dma, hi):
         shift = rest.pop()[1]
     if rest and rest[-1][0] == AluOp.MUL:
         mul = rest.pop()[1]
-    return (mul, shift, clip[AluOp.MAX] == 0), len(tail) - len(rest)
+    used = list(range(i - (len(tail) - len(rest)), i))
+    requant = ir.Requant(mul, shift, clip[AluOp.MAX] == 0)
+    if not rest:        # nothing left between the vector ADDs and the fused tail
+        for k in range(used[0] - 1, -1, -1):
+            alu = _leaf(body[k], ir.Alu)
+            if alu is None or alu.acc is not buf or alu.op != AluOp.ADD or alu.imm is not None \
+                    or _nest_elements(body[k]) != buf.elements:
+                break
+            for store in _store_splits(body[i]):
+                index = _bias_index(body[k], store)
+                if index is not None:
+                    return dataclasses.replace(requant, bias=alu.src, bias_index=index), [k] + used, store
+    return requant, used, body[i]
+
+
+def _store_splits(store):
+    """The store nest, then finer versions of it: one DMA per row, then per equal piece of a row.
+
+    A tile's output channel blocks lie in different rows, or in pieces of one
+    row when the tile spans whole image rows; each piece can then add its own
+    bias element.
+    """
+    yield store
+    dma = _leaf(store, ir.Dma)
+    rows, cols = simplify(as_expr(dma.y_size)), simplify(as_expr(dma.x_size))
+    if not (isinstance(rows, Const) and isinstance(cols, Const)):
+        return
+    if rows.value > 1:
+        r = Var(f"{dma.sram.name}.row")
+        store = _replace_leaf(store, lambda d: ir.For(r, rows.value, dataclasses.replace(
+            d, sram_index=d.sram_index + r * d.x_size, dram_index=d.dram_index + r * d.x_stride, y_size=1)))
+        yield store
+    for piece in range(cols.value // 2, 7, -1):        # pieces of at least 8 entries
+        if cols.value % piece == 0:
+            p = Var(f"{dma.sram.name}.piece")
+            yield _replace_leaf(store, lambda d: ir.For(p, cols.value // piece, dataclasses.replace(
+                d, sram_index=d.sram_index + p * piece, dram_index=d.dram_index + p * piece, x_size=piece,
+                x_stride=piece)))
+
+
+def _nest(stmt):
+    """``([(var, extent)], leaf)`` of a perfect loop nest."""
+    loops = []
+    while isinstance(stmt, ir.For):
+        loops.append((stmt.var, stmt.extent))
+        stmt = stmt.body
+    return loops, stmt
+
+
+def _bias_index(add, store):
+    """The operand element (an expression of the store's loops) that ``add`` adds to every element a store
+    iteration reads, or None when it is not one element per store iteration."""
+    add_loops, alu = _nest(add)
+    store_loops, dma = _nest(store)
+    dst, src = as_expr(alu.uops[0].dst), as_expr(alu.uops[0].src)
+    first, count = as_expr(dma.sram_index), as_expr(dma.y_size) * as_expr(dma.x_size)
+    if len(alu.uops) != 1 or alu.loops or not (free_vars(dst) | free_vars(src)) <= {v for v, _ in add_loops} \
+            or not (free_vars(first) | free_vars(count)) <= {v for v, _ in store_loops}:
+        return None
+    operand = {}                # accumulator element -> operand element
+    for values in itertools.product(*(range(n) for _, n in add_loops)):
+        env = dict(zip([v for v, _ in add_loops], values))
+        operand[evaluate(dst, env)] = evaluate(src, env)
+    index = {}                  # store iteration -> operand element
+    for values in itertools.product(*(range(n) for _, n in store_loops)):
+        env = dict(zip([v for v, _ in store_loops], values))
+        start = evaluate(first, env)
+        seen = {operand.get(e) for e in range(start, start + evaluate(count, env))}
+        if len(seen) != 1 or None in seen:
+            return None
+        index[values] = seen.pop()
+    # The operand element as an affine function of the store's loop variables, checked everywhere.
+    zero = (0,) * len(store_loops)
+    steps = [index[tuple(int(j == k) for j in range(len(store_loops)))] - index[zero] if n > 1 else 0
+             for k, (_, n) in enumerate(store_loops)]
+    if any(sum(s * x for s, x in zip(steps, values)) + index[zero] != b for values, b in index.items()):
+        return None
+    expr = Const(index[zero])
+    for (v, _), s in zip(store_loops, steps):
+        expr = expr + v * s
+    return simplify(expr)
 
 
 def _replace_leaf(stmt, fn):

@@ -82,7 +82,7 @@ class _Emitter:
                 raise CodegenError(f"unlowered {stmt.key} mark ({stmt.value}); a pass is missing")
             self.flatten(stmt.body, env)
         elif isinstance(stmt, ir.Dma):
-            self.items.append(("dma", self.dma(stmt, env)))
+            self.items += [("dma", item) for item in self.dma(stmt, env)]
         elif isinstance(stmt, (ir.Gemm, ir.Alu)):
             self.items.append(("loop", self.loop_op(stmt, env)))
         elif isinstance(stmt, ir.Store):
@@ -92,6 +92,7 @@ class _Emitter:
             raise CodegenError(f"cannot generate code for {stmt!r}")
 
     def dma(self, d, env):
+        """``[(instruction, access)]`` of one DMA (a biased store is two: set_bias, then the store)."""
         v = {f: _value(getattr(d, f), env) for f in ("sram_index", "dram_index", "y_size", "x_size", "x_stride")}
         pads = [_value(p, env) for p in d.pads]
         sram = d.sram.offset + v["sram_index"]
@@ -100,14 +101,16 @@ class _Emitter:
         dram = seg // elem + v["dram_index"]
         y, x, stride = v["y_size"], v["x_size"], v["x_stride"]
         if d.direction == "store":
-            requant = {}
-            if d.requant:
-                mul, shift, relu = d.requant
-                requant = dict(requant=True, mul=mul, shift=shift, relu=relu)
+            q, fields, out = d.requant, {}, []
+            if q:
+                fields = dict(requant=True, mul=q.mul, shift=q.shift, relu=q.relu, bias=q.bias is not None)
+                if q.bias is not None:
+                    entry = q.bias.offset + _value(q.bias_index, env)
+                    out.append((Store(set_bias=True, sram_base=entry), _Access(S, [("acc", entry, entry)], [])))
             insn = Store(memory_type=MemType.OUT, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
-                         x_stride=stride, **requant)
+                         x_stride=stride, **fields)
             # A requantizing store reads the accumulators, a plain one the narrowed copies.
-            return insn, _Access(S, [("acc" if d.requant else "out", sram, sram + y * x - 1)], [])
+            return out + [(insn, _Access(S, [("acc" if q else "out", sram, sram + y * x - 1)], []))]
         rows, cols = pads[0] + y + pads[1], pads[2] + x + pads[3]
         if y <= 0 or x <= 0:     # the whole tile is padding: read zeros, one row over and over
             self.zero_elems[d.mem] = max(self.zero_elems.get(d.mem, 0), cols)
@@ -118,7 +121,7 @@ class _Emitter:
                         y_pad0=pads[0], y_pad1=pads[1], x_pad0=pads[2], x_pad1=pads[3])
         scope = {MemType.INP: "inp", MemType.WGT: "wgt"}.get(d.mem, "acc")
         stream = L if d.mem in (MemType.INP, MemType.WGT) else C
-        return insn, _Access(stream, [], [(scope, sram, sram + rows * cols - 1)])
+        return [(insn, _Access(stream, [], [(scope, sram, sram + rows * cols - 1)]))]
 
     def loop_op(self, op, env):
         """(kind, kernel, loop fields, access) of a GEMM/ALU with concrete values."""

@@ -434,8 +434,8 @@ def test_conv2d_stats(config, shape):
     assert stats["gemm_uops"] >= N * C * O * OH * OW * k * k / intrinsic
     assert stats["gemm_uops"] >= N * Cp * Op * OH * OW * k * k // intrinsic      # padded channels are computed too
     out_entries = N * Op * OH * OW // (cfg.batch * cfg.block_out)
-    # bias and residual on the ALU; multiply, shift and clip on the store path
-    assert stats["alu_uops"] >= out_entries * 2
+    # the residual on the ALU; bias, multiply, shift and clip on the store path
+    assert stats["alu_uops"] == out_entries
     assert stats["dram_bytes_written"] >= out.nbytes
     assert stats["dram_bytes_written"] >= N * Op * OH * OW                        # the padded int8 output
     assert stats["dram_bytes_read"] >= Op * Cp * k * k + 4 * Op + N * Op * OH * OW  # weights, bias, residual
@@ -450,10 +450,12 @@ def test_dense_stats(config, shape):
     x, w, b = rand_i8(rng, (N, K)), rand_i8(rng, (M, K)), rand_i32(rng, M, limit=1000)
     out, stats = tilewright.dense(x, w, b, mul=3, shift=8, config=config)
     for key in STAT_KEYS:
-        assert key in stats and stats[key] > 0, key
+        assert key in stats and (stats[key] > 0 or key == "alu_uops"), key
     Np, Kp, Mp = (layout.round_up(N, cfg.batch), layout.round_up(K, cfg.block_in), layout.round_up(M, cfg.block_out))
     assert stats["gemm_uops"] >= Np * Kp * Mp // (cfg.batch * cfg.block_in * cfg.block_out)
-    assert stats["alu_uops"] >= Np * Mp // (cfg.batch * cfg.block_out)        # bias (requantize: store path)
+    # At most the bias ADD (on the store path too when a store's elements share one bias); requantization
+    # always on the store path.
+    assert stats["alu_uops"] <= Np * Mp // (cfg.batch * cfg.block_out)
     assert stats["dram_bytes_written"] >= out.nbytes
     assert stats["dram_bytes_read"] >= Mp * Kp + Np * Kp + 4 * Mp
 

@@ -518,6 +518,28 @@ def test_store_strided(cfg, shape, rng):
         assert (raw[k] == SENTINEL).all(), f"element {k} outside the stored rows was modified"
 
 
+@pytest.mark.parametrize("cfg", [TINY, ACC16, BATCH2], ids=cfg_id)
+def test_store_requant_with_bias(cfg, rng):
+    """set_bias latches one accumulator row; requantizing stores add it (wrapping) only with ``bias``."""
+    bench = Bench(cfg)
+    lanes, bits = cfg.batch * cfg.block_out, cfg.acc_width
+    top = (1 << (bits - 1)) - 1
+    acc = rng.integers(-top - 1, top + 1, size=(8, lanes))
+    acc[5] = [top, -top - 1, 7, -7][:lanes] * (lanes // min(lanes, 4))      # the bias row: sums wrap
+    region = bench.alloc("out", 64)
+    bench.run([
+        load("acc", sram_base=0, dram_base=bench.put("acc", acc), y_size=1, x_size=8),
+        Store(set_bias=True, sram_base=5, dram_base=region, y_size=9, x_size=9, x_stride=9),  # moves nothing
+        Store(requant=True, bias=True, mul=-3, shift=2, sram_base=0, dram_base=region, y_size=2, x_size=2,
+              x_stride=3),
+        Store(requant=True, mul=5, shift=1, relu=True, sram_base=2, dram_base=region + 8, y_size=1, x_size=3,
+              x_stride=3),
+        Store(set_bias=True, sram_base=7),
+        Store(requant=True, bias=True, relu=True, sram_base=4, dram_base=region + 16, y_size=1, x_size=4,
+              x_stride=4),
+    ])
+
+
 # -- counters ----------------------------------------------------------------
 
 def test_counters_by_hand(rng):
@@ -589,7 +611,9 @@ def random_instruction(draw, cfg):
         requant = {}
         if draw(st.booleans()):
             requant = dict(requant=True, relu=draw(st.booleans()), shift=draw(st.integers(0, 31)),
-                           mul=draw(IMM_VALUES))
+                           mul=draw(IMM_VALUES), bias=draw(st.booleans()))
+        if draw(st.integers(0, 3)) == 0:
+            requant = dict(set_bias=True)
         return Store(**draw(_rect(cfg.depth("acc"), SRAM_WINDOW, pads=False)), **requant)
     buffer = "acc" if kind == "acc8" else kind
     window = UOP_WINDOW if kind == "uop" else SRAM_WINDOW

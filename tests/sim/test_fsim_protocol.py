@@ -131,6 +131,8 @@ def test_sram_range():
     err = _error([Store(sram_base=TINY.depth("acc") - 2, y_size=3, x_size=1, push_prev=True),
                   Finish(pop_next=True)])
     assert err.code == ErrorCode.SRAM_RANGE
+    err = _error([Store(set_bias=True, sram_base=TINY.depth("acc"), push_prev=True), Finish(pop_next=True)])
+    assert err.code == ErrorCode.SRAM_RANGE
     # Nothing moves when x_size is 0, so a no-op is never out of range.
     run([Load(memory_type=MemType.ACC, sram_base=depth - 1, y_size=9, x_pad0=9), Finish()])
 
