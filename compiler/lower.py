@@ -20,6 +20,7 @@ from . import ir
 
 from .expr import Load, Reduce, as_expr, evaluate, free_vars, interval, linear, map_loads, simplify, substitute
 from .schedule import ScheduleError
+from .te import PlaceholderOp
 
 __all__ = ["LowerError", "lower"]
 
@@ -35,6 +36,11 @@ class _Lowering:
         for st in sch.stages:
             if st.attach:
                 self.children[(st.attach[0], st.attach[1])].append(st)
+        # Stages that only copy inputs (cache reads) go first at their loop: they depend on no
+        # sibling, and loading a tile's bias before its GEMMs lets the tile's store start as soon
+        # as its last GEMM is done.
+        for children in self.children.values():
+            children.sort(key=lambda st: not all(isinstance(t.op, PlaceholderOp) for t in st.op.inputs))
         self.inlined = {st.tensor for st in sch.stages if getattr(st, "inline", False)}
         self.offsets = {}        # stage -> [start expr per output axis]
         self.buffers = {}        # tensor -> Buffer

@@ -70,6 +70,7 @@ def _interleave(loop):
         # Consecutive statements of one stream go out thread by thread, as runs:
         # thread 0's input and weight loads, then thread 1's, so that thread 0's
         # next GEMM does not wait behind loads of thread 1 that wait on its GEMM.
+        stmts = _sink_compute(stmts)
         out, run, run_stream = [], [], None
         for s in stmts + [None]:
             stream = unit_stream(s) if s is not None else None
@@ -114,3 +115,35 @@ def _streams(stmt):
             found.add("compute")
     ir.walk(stmt, visit)
     return found
+
+
+def _sink_compute(stmts):
+    """Move compute-stream leaves (a tile's bias LOAD ACC) past the loads that start the block after them.
+
+    They then join that block's GEMMs in one run of compute work, so thread 1's
+    copy lands right before thread 1's GEMMs instead of in front of thread 0's
+    (where it would wait for thread 1's previous stores). Only past loads whose
+    buffers they do not touch.
+    """
+    out = list(stmts)
+    for i in range(len(out) - 2, -1, -1):
+        stmt, block = out[i], out[i + 1]
+        if not isinstance(stmt, (ir.Dma, ir.Gemm, ir.Alu)) or _streams(stmt) != {"compute"}:
+            continue
+        allocs = []
+        while isinstance(block, ir.Allocate):
+            allocs.append(block.buffer)
+            block = block.body
+        if not isinstance(block, ir.Seq):
+            continue
+        mine = ir.uses(stmt)[1]
+        j = 0
+        while j < len(block.body) and _streams(block.body[j]) == {"load"} and not mine & ir.uses(block.body[j])[1]:
+            j += 1
+        if j == 0 or mine & set(allocs):
+            continue
+        inner = ir.Seq(block.body[:j] + [stmt] + block.body[j:])
+        for buf in reversed(allocs):
+            inner = ir.Allocate(buf, inner)
+        out[i:i + 2] = [None, inner]
+    return [s for s in out if s is not None]
