@@ -13,6 +13,8 @@
    before this one. FINISH waits for the last load and store the same way.
    Only conflicts create tokens, so replicated (virtual-thread) buffers let
    load run ahead of compute.
+   A LOAD of input data that is still in place (same source, same SRAM
+   interval, nothing written there since) is dropped.
 4. The DRAM image: one aligned segment per tensor, the micro-op words, and
    zeros for fully padded tiles.
 """
@@ -106,11 +108,11 @@ class _Emitter:
                 fields = dict(requant=True, mul=q.mul, shift=q.shift, relu=q.relu, bias=q.bias is not None)
                 if q.bias is not None:
                     entry = q.bias.offset + _value(q.bias_index, env)
-                    out.append((Store(set_bias=True, sram_base=entry), _Access(S, [("acc", entry, entry)], [])))
+                    out.append((Store(set_bias=True, sram_base=entry), _Access(S, [("acc", entry, entry)], []), False))
             insn = Store(memory_type=MemType.OUT, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
                          x_stride=stride, **fields)
             # A requantizing store reads the accumulators, a plain one the narrowed copies.
-            return out + [(insn, _Access(S, [("acc" if q else "out", sram, sram + y * x - 1)], []))]
+            return out + [(insn, _Access(S, [("acc" if q else "out", sram, sram + y * x - 1)], []), False)]
         rows, cols = pads[0] + y + pads[1], pads[2] + x + pads[3]
         if y <= 0 or x <= 0:     # the whole tile is padding: read zeros, one row over and over
             self.zero_elems[d.mem] = max(self.zero_elems.get(d.mem, 0), cols)
@@ -121,7 +123,8 @@ class _Emitter:
                         y_pad0=pads[0], y_pad1=pads[1], x_pad0=pads[2], x_pad1=pads[3])
         scope = {MemType.INP: "inp", MemType.WGT: "wgt"}.get(d.mem, "acc")
         stream = L if d.mem in (MemType.INP, MemType.WGT) else C
-        return [(insn, _Access(stream, [], [(scope, sram, sram + rows * cols - 1)]))]
+        # A load from an input tensor can be skipped when the same data is still in place.
+        return [(insn, _Access(stream, [], [(scope, sram, sram + rows * cols - 1)]), d.dram not in self.func.outputs)]
 
     def loop_op(self, op, env):
         """(kind, kernel, loop fields, access) of a GEMM/ALU with concrete values."""
@@ -214,7 +217,13 @@ class _Emitter:
         # before the consumer's next instruction, as (index, access).
         uncovered = {(p, c): [] for c, ps in _NEIGHBOURS.items() for p in ps}
 
+        # SRAM interval -> the input LOAD that filled it, while nothing else has written there.
+        in_place = {}
+
         def sync_and_emit(insn, access):
+            for w in access.writes:
+                for key in [k for k in in_place if k[0] == w[0] and k[1] <= w[2] and w[1] <= k[2]]:
+                    del in_place[key]
             c = access.stream
             for p in _NEIGHBOURS[c]:
                 pending = uncovered[(p, c)]
@@ -238,11 +247,15 @@ class _Emitter:
             resident = {k: dram_pos[k] for k in kernels}
         for kind, item in self.items:
             if kind == "dma":
-                insn, access = item
+                insn, access, reusable = item
                 if isinstance(insn.dram_base, tuple):
                     seg = self.segments[f"zero_{insn.dram_base[1].name.lower()}"]
                     insn = insn.replace(dram_base=seg.offset // cfg.elem_bytes(insn.memory_type.dram_elem))
+                if reusable and in_place.get(access.writes[0]) == insn:
+                    continue            # e.g. a bias tile reloaded for the next spatial tile
                 sync_and_emit(insn, access)
+                if reusable:
+                    in_place[access.writes[0]] = insn
                 continue
             kernel, make, access = item
             if kernel not in resident:
