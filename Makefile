@@ -28,6 +28,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/compile_resnet.py
 	$(PY) benchmarks/rtl_throughput.py --config small
 	$(PY) benchmarks/rtl_throughput.py --config default
+	$(VENV)/bin/tilewright bench resnet18 --backend rtl --config default --json benchmarks/results/resnet18_rtl.json \
+		--plot benchmarks/results/resnet18_rtl.png --trace benchmarks/results/resnet18_rtl_trace.json
 
 fuzz: $(STAMP)
 	$(VENV)/bin/tilewright fuzz --config $(CONFIG) -n $(N) --seed $(SEED)

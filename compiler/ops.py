@@ -159,8 +159,31 @@ def _conv_needs(spec, cfg, t):
     return inp * t.threads, wgt * t.threads, acc * t.threads, uops
 
 
+# Fixed cycles per instruction beyond its data, measured on the RTL (benchmarks/rtl_throughput.py and
+# the ResNet-18 timelines): a LOAD's DRAM latency, the GEMM pipeline, a STORE with its set_bias.
+LOAD_OVERHEAD, GEMM_OVERHEAD, STORE_OVERHEAD = 20, 10, 30
+
+
+def conv_cycles(spec, cfg, t):
+    """Estimated accelerator cycles of tiles ``t``: the busiest stream, plus the first step's loads
+    (nothing to overlap them with) and the last tile's stores (nothing after them)."""
+    c = cfg
+    KH, KW = spec.kernel
+    CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
+    rows, cols = (t.rows - 1) * spec.stride + KH, (t.cols - 1) * spec.stride + KW
+    beats = {m: -(-c.elem_bytes(m) // c.bus_bytes) for m in ("inp", "wgt", "out")}
+    tiles = (OB // t.out_channels) * (spec.out_height // t.rows) * (spec.out_width // t.cols) * (spec.batch // c.batch)
+    steps = tiles * (CB // t.in_channels)
+    load = (t.in_channels * (rows * cols * beats["inp"] + LOAD_OVERHEAD)
+            + t.out_channels * t.in_channels * KH * KW * beats["wgt"] + LOAD_OVERHEAD)
+    gemm = t.out_channels * t.rows * t.cols * t.in_channels * KH * KW + 2 * GEMM_OVERHEAD
+    store = t.out_channels * (t.rows * t.cols * beats["out"] + STORE_OVERHEAD)
+    return max(steps * load, steps * gemm, tiles * store) + load + store
+
+
 def conv_tiles(spec, cfg, threads=None):
-    """Tiles that fit the buffers and move the fewest DRAM bytes (two virtual threads when they fit)."""
+    """Tiles that fit the buffers and take the fewest estimated cycles (:func:`conv_cycles`), two
+    virtual threads when they fit."""
     c = cfg
     CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
     KH, KW = spec.kernel
@@ -174,10 +197,7 @@ def conv_tiles(spec, cfg, threads=None):
             inp, wgt, acc, uops = _conv_needs(spec, c, t)
             if inp > c.inp_depth or wgt > c.wgt_depth or acc > c.acc_depth or uops > min(1024, c.uop_depth // 2):
                 continue
-            tiles = (OB // to) * (spec.out_height // th) * (spec.out_width // tw) * (spec.batch // c.batch)
-            rows, cols = (th - 1) * spec.stride + KH, (tw - 1) * spec.stride + KW
-            traffic = tiles * (CB * rows * cols * c.elem_bytes("inp") + to * CB * KH * KW * c.elem_bytes("wgt"))
-            key = (traffic, -ti, -(to * th * tw))
+            key = (conv_cycles(spec, c, t), -ti, -(to * th * tw))
             if best is None or key < best[0]:
                 best = (key, t)
         if best:

@@ -133,6 +133,9 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
         progress(f"mean GEMM utilization (3x3 layers): {result['mean_gemm_utilization_3x3']:.3f}; "
                  f"worst roofline ratio {max(r['ratio'] for r in records):.3f}; "
                  f"{result['sim_cycles_per_second']:,.0f} simulated cycles/s")
+    for path in (json_path, plot_path, trace_path):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2))
     if plot_path and records and records[0]["cycles"]:

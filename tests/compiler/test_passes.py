@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tilewright import PRESETS
+from tilewright.isa import Load, MemType
 from tilewright.compiler import build, check, ir, lower_to_ir
 from tilewright.compiler.build import PIPELINE
 from tilewright.compiler.interp import run_ir
@@ -91,6 +92,22 @@ def test_virtual_threads_interleave_and_replicate():
     # Thread 1's input load comes before thread 0's GEMM: load can run ahead.
     assert text.index("data_pad.inp[1]") < text.index("gemm conv[0] ")
     assert "vthread" not in text
+
+
+def test_latency_hiding_order_and_reuse():
+    """Each thread's loads go out as one run, a thread's bias load sits right before its own GEMMs, and a
+    bias tile still in place is not loaded again for the next spatial tile."""
+    spec, inputs, expected = conv_case(np.random.default_rng(4), False)
+    s, _, _ = conv2d(spec, TINY, tiles=ConvTiles(1, 5, 3, 1, threads=2))
+    text = str(lower_to_ir(s, TINY))
+    assert text.index("dma.load inp data_pad.inp[0]") < text.index("dma.load wgt weight.wgt[1]")
+    assert text.index("gemm conv[0] =") < text.index("dma.load acc bias.acc[1]") < text.index("gemm conv[1] =")
+    s, _, _ = conv2d(spec, TINY, tiles=ConvTiles(1, 5, 3, 1, threads=2))
+    program = build(s, TINY)
+    bias_loads = [i for i in program.instructions if isinstance(i, Load) and i.memory_type == MemType.ACC]
+    assert len(bias_loads) == 2                     # two threads × one channel tile, over two spatial tiles
+    outputs, _ = get_device("fsim", TINY).run_program(program, inputs)
+    np.testing.assert_array_equal(outputs["out"], expected)
 
 
 def test_storage_error_names_buffer_bytes_and_capacity():
