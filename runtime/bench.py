@@ -70,6 +70,9 @@ def _run(device, program, tensors, trace_file=None):
 def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=None, plot_path=None,
                    trace_path=None, progress=print):
     """Run the benchmark; returns the JSON-ready result dict."""
+    for path in (json_path, plot_path, trace_path):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
     cfg = load_config(config)
     device = get_device(backend, cfg)
     check = get_device("fsim", cfg) if backend != "fsim" else None
@@ -133,9 +136,6 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
         progress(f"mean GEMM utilization (3x3 layers): {result['mean_gemm_utilization_3x3']:.3f}; "
                  f"worst roofline ratio {max(r['ratio'] for r in records):.3f}; "
                  f"{result['sim_cycles_per_second']:,.0f} simulated cycles/s")
-    for path in (json_path, plot_path, trace_path):
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2))
     if plot_path and records and records[0]["cycles"]:
