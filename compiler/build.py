@@ -9,8 +9,8 @@ from tilewright.config import load_config
 
 from .checker import check
 from .lower import lower
-from .passes import (codegen, fold_loops, fuse_requant, fuse_reset, inject_dma, inject_virtual_threads, lower_alu, plan_storage,
-                     tensorize)
+from .passes import (codegen, fold_loops, fuse_requant, fuse_reset, inject_dma, inject_virtual_threads, lower_alu,
+                     plan_storage, tensorize)
 
 __all__ = ["PIPELINE", "build", "lower_to_ir"]
 

@@ -126,10 +126,10 @@ class _Generator:
         stride = self.rng.choice([x, x + self.rng.randint(1, 3), max(1, x - 1)])
         dram = area + self.rng.randint(0, max(0, elems - ((y - 1) * stride + x)))
         requant, insns = {}, []
-        if self.rng.random() < 0.4:     # requantize accumulators on the way out
-            requant = dict(requant=True, relu=self.rng.random() < 0.5, shift=self.rng.randint(0, 31),
-                           mul=self.rng.choice([1, self.rng.randint(-9, 9), self.rng.randint(-(1 << 15), (1 << 15) - 1)]),
-                           bias=self.rng.random() < 0.6)
+        r = self.rng
+        if r.random() < 0.4:     # requantize accumulators on the way out
+            mul = r.choice([1, r.randint(-9, 9), r.randint(-(1 << 15), (1 << 15) - 1)])
+            requant = dict(requant=True, relu=r.random() < 0.5, shift=r.randint(0, 31), mul=mul, bias=r.random() < 0.6)
             if requant["bias"] and self.rng.random() < 0.7:     # else the register from an earlier store
                 insns.append(Store(set_bias=True, sram_base=base + self.rng.randint(0, size - 1)))
         return insns + [Store(memory_type=MemType.OUT, sram_base=base + self.rng.randint(0, size - y * x),
@@ -179,7 +179,8 @@ class _Generator:
         uops, fields = self.loops({"dst": acc, "src": inp, "wgt": wgt})
         load, first = self.load_uops(uops)
         mode = self.rng.choice(["reset", "overwrite", "accumulate", "accumulate"])
-        return [load, Gemm(reset=mode == "reset", overwrite=mode == "overwrite", uop_bgn=first, uop_end=first + len(uops), **fields)]
+        return [load, Gemm(reset=mode == "reset", overwrite=mode == "overwrite", uop_bgn=first,
+                           uop_end=first + len(uops), **fields)]
 
     def alu(self, t):
         r = self.rng

@@ -263,7 +263,8 @@ class _Emitter:
                     ring = 0
                 lo, hi = ring, ring + len(kernel)
                 resident = {k: p for k, p in resident.items() if p + len(k) <= lo or p >= hi}
-                b.emit(Load(memory_type=MemType.UOP, sram_base=lo, dram_base=uop_seg.offset // uop_bytes + dram_pos[kernel],
+                b.emit(Load(memory_type=MemType.UOP, sram_base=lo,
+                            dram_base=uop_seg.offset // uop_bytes + dram_pos[kernel],
                             y_size=1, x_size=len(kernel), x_stride=len(kernel)))
                 resident[kernel] = lo
                 ring = hi

@@ -1,16 +1,16 @@
 """Latency hiding, part 1: virtual threads become one interleaved instruction stream.
 
 A loop bound to ``n`` virtual threads is unrolled: every buffer allocated
-inside it has ``n`` replicas (planned by storage planning), thread ``v``
-uses replica ``v``, and the threads' statements are interleaved: a run of
-consecutive statements of one stream (a loop of loads counts as one) goes
-out for thread 0, then for thread 1, and so on; loops that hold work of
-more than one stream are descended into. One thread's loads are then never
-queued behind the other's. The loads of thread 1 then come before the GEMMs
-of thread 0 in program order, and dependency tokens
-(inserted at code generation from read/write analysis) let the load stream
-run ahead while compute works on the other replica. Statements that use
-neither the thread variable nor a replicated buffer run once.
+inside it has ``n`` replicas (planned by storage planning) and thread ``v``
+uses replica ``v``. The threads' statements are interleaved by runs: a run of
+consecutive statements of one stream (a loop of loads counts as one) goes out
+for thread 0, then for thread 1, and so on, and loops that hold work of more
+than one stream are descended into. The loads of thread 1 then come before
+the GEMMs of thread 0 in program order, and dependency tokens (inserted at
+code generation from read/write analysis) let the load stream run ahead
+while compute works on the other replica; no thread's work is queued behind
+the other's work that waits on an earlier token. Statements that use neither
+the thread variable nor a replicated buffer run once.
 """
 
 from tilewright.isa import MemType
