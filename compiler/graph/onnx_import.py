@@ -1,0 +1,99 @@
+"""ONNX → graph IR.
+
+Initializers and ``Constant`` nodes become constants; every other node is
+kept as it is (op type, inputs, attributes), so the passes and the host
+executor speak ONNX's operator semantics. Problems with the file itself
+(truncated, not ONNX, failing ONNX's checker) raise :class:`ModelError`
+with one line naming the file.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from .ir import Graph, ModelError, Node, TensorInfo
+
+__all__ = ["load_onnx", "from_onnx"]
+
+
+def load_onnx(source):
+    """A :class:`Graph` from an ONNX file path, its bytes, or an ``onnx.ModelProto``."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    where = "model"
+    if isinstance(source, (str, Path)):
+        where = str(source)
+        try:
+            data = Path(source).read_bytes()
+        except OSError as e:
+            raise ModelError(f"{where}: cannot read ({e.strerror})") from None
+    elif isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+    else:
+        return from_onnx(source, where)
+    try:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        raise ModelError(f"{where}: not a valid ONNX file (truncated or corrupted: {e})") from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelError(f"{where}: not a valid ONNX file (no graph)")
+    return from_onnx(model, where)
+
+
+def from_onnx(model, where="model"):
+    import onnx
+    from onnx import helper, numpy_helper
+
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "invalid model"
+        raise ModelError(f"{where}: ONNX checker: {first}") from None
+    g = model.graph
+    constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    nodes = []
+    for k, n in enumerate(g.node):
+        attrs = {a.name: _attribute(a) for a in n.attribute}
+        name = n.name or f"{n.op_type}_{k}"
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            constants[n.output[0]] = _constant_value(attrs, name)
+            continue
+        if n.domain not in ("", "ai.onnx"):
+            raise ModelError(f"node {name} ({n.op_type}): operator domain {n.domain!r} is not supported")
+        nodes.append(Node(n.op_type, list(n.input), list(n.output), attrs, name))
+    inputs = [_info(v, helper) for v in g.input if v.name not in constants]
+    outputs = [_info(v, helper) for v in g.output]
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+    return Graph(nodes, inputs, outputs, constants, g.name or "model", opset)
+
+
+def _info(value, helper):
+    t = value.type.tensor_type
+    shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)) if t.elem_type else None
+    return TensorInfo(value.name, shape, dtype)
+
+
+def _attribute(a):
+    from onnx import helper, numpy_helper
+    value = helper.get_attribute_value(a)
+    if isinstance(value, bytes):
+        return value.decode()
+    if hasattr(value, "dims") and hasattr(value, "data_type"):       # a TensorProto
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return [v.decode() if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+def _constant_value(attrs, name):
+    if "value" in attrs:
+        return attrs["value"]
+    for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
+        if key in attrs:
+            return np.array(attrs[key], dtype=dtype)
+    for key, dtype in (("value_floats", np.float32), ("value_ints", np.int64)):
+        if key in attrs:
+            return np.array(attrs[key], dtype=dtype)
+    raise ModelError(f"node {name} (Constant): unsupported value attribute {sorted(attrs)}")
