@@ -41,6 +41,7 @@ class Conv2dSpec:
     mul: int = 1
     shift: int = 0
     relu: bool = False
+    residual_mul: int = 1         # the residual is added as residual · residual_mul (an ALU MUL first)
 
     @property
     def out_height(self):
@@ -129,18 +130,25 @@ def conv2d_compute(spec, cfg):
     if spec.residual:
         inputs["residual"] = te.placeholder(shape, f"int{c.out_width}", "residual")
 
+    scaled = None
+    if spec.residual and spec.residual_mul != 1:   # rescaled to the accumulator's scale, in place on the ALU
+        scaled = te.compute(shape, lambda *i: inputs["residual"][i].astype(acc) * spec.residual_mul,
+                            "residual_scaled", dtype=acc)
+
     def epilogue(n, o, y, x, b, oo):
         terms = []
         if spec.bias:
             terms.append(inputs["bias"][o, b, oo])
-        if spec.residual:
+        if scaled is not None:
+            terms.append(scaled[n, o, y, x, b, oo])
+        elif spec.residual:
             terms.append(inputs["residual"][n, o, y, x, b, oo].astype(acc))
         return _epilogue(conv[n, o, y, x, b, oo], spec, terms)
 
     res = te.compute(shape, epilogue, "epilogue", dtype=acc)
     out = te.compute(shape, lambda n, o, y, x, b, oo: res[n, o, y, x, b, oo].astype(f"int{c.out_width}"),
                      "out", dtype=f"int{c.out_width}")
-    return inputs, out, (padded, conv, res)
+    return inputs, out, (padded, conv, res, scaled)
 
 
 def _conv_needs(spec, cfg, t):
@@ -216,7 +224,7 @@ def conv2d(spec, config="default", tiles=None):
     if spec.out_height < 1 or spec.out_width < 1:
         raise ScheduleError(f"kernel {spec.kernel} does not fit the padded {spec.height}x{spec.width} input")
     t = tiles or conv_tiles(spec, cfg)
-    inputs, out, (padded, conv, res) = conv2d_compute(spec, cfg)
+    inputs, out, (padded, conv, res, scaled) = conv2d_compute(spec, cfg)
     s = create_schedule(out)
     if padded is not inputs["data"]:
         s[padded].compute_inline()
@@ -224,7 +232,10 @@ def conv2d(spec, config="default", tiles=None):
     s[res].set_scope("acc")
     data_l = s.cache_read(padded, "inp", [conv])
     weight_l = s.cache_read(inputs["weight"], "wgt", [conv])
-    extra = [s.cache_read(inputs[n], "acc", [res]) for n in ("bias", "residual") if n in inputs]
+    extra = [s.cache_read(inputs[n], "acc", [scaled if n == "residual" and scaled is not None else res])
+             for n in ("bias", "residual") if n in inputs]
+    if scaled is not None:
+        s[scaled].set_scope("acc")
 
     n, o, y, x, b, oo = s[out].op.axes
     o_o, o_i = s[out].split(o, t.out_channels)
@@ -244,12 +255,13 @@ def conv2d(spec, config="default", tiles=None):
         s[out].bind(vt, "vthread")
     s[out].reorder(*order, o_i, y_i, x_i, b, oo)
     tile = order[-1]
-    for stage in [conv, res] + extra:
+    for stage in [conv, res] + extra + ([scaled] if scaled is not None else []):
         s[stage].compute_at(s[out], tile)
     s[out].pragma(o_i, "dma_copy")
     for t_ in extra:
         s[t_].pragma(s[t_].op.axes[0], "dma_copy")
-    s[res].pragma(s[res].op.axes[0], "alu")
+    for stage in [res] + ([scaled] if scaled is not None else []):
+        s[stage].pragma(s[stage].op.axes[0], "alu")
 
     cn, co, cy, cx, cb, coo = s[conv].op.axes
     ic, kh, kw, ii = s[conv].op.reduce_axes

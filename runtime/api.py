@@ -67,8 +67,10 @@ def compile_dense(spec, config):
 
 
 def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
-           config="default", backend="fsim"):
+           residual_mul=1, config="default", backend="fsim"):
     """int8 NCHW ``data`` ⊛ int8 OIHW ``weight`` (+ int32 ``bias``) with the requantizing epilogue.
+
+    ``residual`` (int8, the output's shape) is added as ``residual · residual_mul``.
 
     Returns ``(output, stats)``: int8 ``N×O×OH×OW`` and the backend's counters.
     """
@@ -85,12 +87,14 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
         raise OperatorError(f"stride must be ≥ 1 and padding ≥ 0 integers, got {stride!r}, {padding!r}")
     stride, padding = int(stride), int(padding)
     _check_epilogue(mul, shift)
+    _check_epilogue(residual_mul, 0)
     OH, OW = (H + 2 * padding - KH) // stride + 1, (W + 2 * padding - KW) // stride + 1
     if OH < 1 or OW < 1:
         raise OperatorError(f"a {KH}x{KW} kernel does not fit a {H}x{W} input padded by {padding}")
     spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
                       (KH, KW), stride, padding, bias=bias is not None, residual=residual is not None,
-                      mul=int(mul), shift=int(shift), relu=bool(relu))
+                      mul=int(mul), shift=int(shift), relu=bool(relu),
+                      residual_mul=int(residual_mul) if residual is not None else 1)
     tensors = {"data": pack_nchw(data, cfg.batch, cfg.block_in),
                "weight": pack_oihw(weight, cfg.block_out, cfg.block_in)}
     if bias is not None:

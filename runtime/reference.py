@@ -20,7 +20,8 @@ def requantize(acc, mul, shift, relu):
     return np.clip(v >> shift, 0 if relu else -128, 127).astype(np.int8)
 
 
-def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None):
+def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
+                     residual_mul=1):
     x = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     O, _, KH, KW = weight.shape
     OH = (x.shape[2] - KH) // stride + 1
@@ -33,7 +34,7 @@ def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shi
     if bias is not None:
         acc += bias.astype(np.int64)[None, :, None, None]
     if residual is not None:
-        acc += residual.astype(np.int64)
+        acc += _wrap32(residual.astype(np.int64) * residual_mul)
     return requantize(acc, mul, shift, relu)
 
 

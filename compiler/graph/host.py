@@ -266,6 +266,30 @@ def _dequantize(node, x, scale, zp=None):
     return [y.astype(np.asarray(scale).dtype)]
 
 
+def _tw_fused(node, *values):
+    """Float semantics of TwConv / TwDense (calibration and the float baseline)."""
+    values = list(values) + [None] * (4 - len(values))
+    x, w, b = values[0], values[1], values[2]
+    if node.op == "TwConv":
+        y = conv_nchw(x, w, dtype=np.float64, **_conv_attrs(node, x, w))
+        if b is not None:
+            y += b.reshape(1, -1, 1, 1)
+        if values[3] is not None:
+            y += values[3]
+    else:
+        if x.ndim != 2:
+            raise ModelError(f"node {node}: dense input must be 2-D, got {x.shape}")
+        y = x.astype(np.float64) @ w.T.astype(np.float64)
+        if b is not None:
+            y += b
+    act = node.attr("act", "none")
+    if act == "relu":
+        y = np.maximum(y, 0)
+    elif act == "clip":
+        y = np.clip(y, node.attr("clip_min"), node.attr("clip_max"))
+    return [y.astype(np.float32)]
+
+
 HOST_OPS = {
     "Conv": _conv,
     "ConvInteger": _conv_integer,
@@ -289,6 +313,9 @@ HOST_OPS = {
     "DequantizeLinear": _dequantize,
     "Identity": lambda node, x: [x],
     "Dropout": lambda node, x, *_: [x] + [np.ones(x.shape, dtype=bool)] * (len(node.outputs) - 1),
+    # Tilewright's fused operators (graph.passes.fuse), in float
+    "TwConv": _tw_fused,
+    "TwDense": _tw_fused,
 }
 
 

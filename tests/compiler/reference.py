@@ -24,7 +24,8 @@ def requantize(v, mul, shift, relu):
     return np.clip(v, 0 if relu else -128, 127).astype(np.int8)
 
 
-def conv2d_ref(data, weight, bias=None, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None):
+def conv2d_ref(data, weight, bias=None, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
+               residual_mul=1):
     """int8 NCHW data, int8 OIHW weight, int32 bias (O,), int8 residual (N, O, OH, OW) → int8 output."""
     x = np.asarray(data).astype(np.int64)
     w = np.asarray(weight).astype(np.int64)
@@ -45,7 +46,7 @@ def conv2d_ref(data, weight, bias=None, stride=1, padding=0, mul=1, shift=0, rel
     if bias is not None:
         v = wrap32(v + np.asarray(bias).astype(np.int64)[None, :, None, None])
     if residual is not None:
-        v = wrap32(v + np.asarray(residual).astype(np.int64))
+        v = wrap32(v + wrap32(np.asarray(residual).astype(np.int64) * residual_mul))
     return requantize(v, mul, shift, relu)
 
 

@@ -189,7 +189,8 @@ def conv_cases(draw):
     return dict(cfg=cfg, N=N, C=C, O=O, H=H, W=W, k=k, stride=stride, padding=padding,
                 mul=draw(MULS), shift=draw(SHIFTS), relu=draw(st.booleans()),
                 bias=draw(st.sampled_from([None, "small", "full", "edge"])),
-                residual=draw(st.booleans()), fill=draw(tensor_fill()), seed=draw(st.integers(0, 2**32 - 1)))
+                residual=draw(st.booleans()), residual_mul=draw(st.sampled_from([1, 1, 3, -2, 300, 32767])),
+                fill=draw(tensor_fill()), seed=draw(st.integers(0, 2**32 - 1)))
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
@@ -204,9 +205,11 @@ def test_conv2d_random_shapes(case):
     bias = None if case["bias"] is None else fill_bias(rng, O, case["bias"])
     res = fill_i8(rng, (N, O, OH, OW), case["fill"]) if case["residual"] else None
     out, _ = tilewright.conv2d(x, w, bias, stride=s, padding=p, mul=case["mul"], shift=case["shift"],
-                                   relu=case["relu"], residual=res, config=case["cfg"])
+                                   relu=case["relu"], residual=res, residual_mul=case["residual_mul"],
+                                   config=case["cfg"])
     assert out.dtype == np.int8 and out.shape == (N, O, OH, OW)
-    np.testing.assert_array_equal(out, conv2d_ref(x, w, bias, s, p, case["mul"], case["shift"], case["relu"], res))
+    np.testing.assert_array_equal(out, conv2d_ref(x, w, bias, s, p, case["mul"], case["shift"], case["relu"], res,
+                                                  case["residual_mul"]))
 
 
 @st.composite

@@ -1,0 +1,212 @@
+"""Float graph passes: each takes a :class:`Graph` and returns a new one.
+
+``simplify`` runs them in order: identities out, constants folded,
+batch norms folded into the convolutions before them, dead nodes removed,
+then ``fuse`` groups each Conv/Gemm/MatMul with its bias, residual add and
+ReLU/Clip into one ``TwConv``/``TwDense`` node, the unit the accelerator
+runs. Fused nodes keep float semantics (``host.run_node`` runs them), so
+calibration and the float baseline see the same graph the quantizer does.
+"""
+
+import numpy as np
+
+from .host import run_node
+from .ir import Node
+
+__all__ = ["simplify", "fold_constants", "remove_identities", "fold_batch_norm", "remove_dead", "fuse"]
+
+
+def simplify(graph):
+    for step in (remove_identities, fold_constants, fold_batch_norm, remove_dead, fuse):
+        graph = step(graph)
+    return graph
+
+
+def _rename(graph, mapping):
+    """``graph`` with tensor names replaced per ``mapping`` in node inputs and graph outputs."""
+    def name(n):
+        while n in mapping:
+            n = mapping[n]
+        return n
+    nodes = [Node(n.op, [name(i) for i in n.inputs], n.outputs, n.attrs, n.name) for n in graph.nodes]
+    return nodes, name
+
+
+def remove_identities(graph):
+    """Identity and (inference-mode) Dropout nodes forward their input."""
+    mapping, kept = {}, []
+    outputs = {o.name for o in graph.outputs}
+    for n in graph.nodes:
+        if n.op in ("Identity", "Dropout") and n.outputs[0] not in outputs and not any(n.outputs[1:]):
+            mapping[n.outputs[0]] = n.inputs[0]
+        else:
+            kept.append(n)
+    nodes, _ = _rename(graph.replace(nodes=kept), mapping)
+    return graph.replace(nodes=nodes)
+
+
+def fold_constants(graph):
+    """Nodes whose inputs are all constants are evaluated now; their outputs become constants."""
+    constants, nodes = dict(graph.constants), []
+    for n in graph.nodes:
+        if n.inputs and all(i == "" or i in constants for i in n.inputs):
+            outs = run_node(n, [constants[i] if i else None for i in n.inputs], graph.opset)
+            constants.update(zip(n.outputs, outs))
+        else:
+            nodes.append(n)
+    return graph.replace(nodes=nodes, constants=constants)
+
+
+def fold_batch_norm(graph):
+    """Conv → BatchNormalization (constant statistics, the conv feeding only it) becomes one Conv."""
+    consumers, producer = graph.consumers(), graph.producer()
+    constants, drop, replaced = dict(graph.constants), set(), {}
+    for bn in graph.nodes:
+        if bn.op != "BatchNormalization" or any(bn.outputs[1:]):
+            continue
+        conv = producer.get(bn.inputs[0])
+        params = bn.inputs[1:5]
+        if conv is None or conv.op != "Conv" or len(consumers.get(conv.outputs[0], [])) != 1 \
+                or not all(p in constants for p in params) or conv.inputs[1] not in constants:
+            continue
+        scale, shift, mean, var = (constants[p].astype(np.float64) for p in params)
+        factor = scale / np.sqrt(var + bn.attr("epsilon", 1e-5))
+        w = constants[conv.inputs[1]]
+        b = constants[conv.inputs[2]] if len(conv.inputs) > 2 and conv.inputs[2] else np.zeros(w.shape[0])
+        wname, bname = f"{conv.name}/w_bn", f"{conv.name}/b_bn"
+        constants[wname] = (w * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        constants[bname] = ((b - mean) * factor + shift).astype(w.dtype)
+        replaced[conv.name] = Node("Conv", [conv.inputs[0], wname, bname], bn.outputs, conv.attrs, conv.name)
+        drop.add(id(bn))
+    nodes = [replaced.get(n.name, n) if n.op == "Conv" else n for n in graph.nodes if id(n) not in drop]
+    return remove_unused_constants(graph.replace(nodes=nodes, constants=constants))
+
+
+def remove_dead(graph):
+    """Nodes none of whose outputs reach a graph output."""
+    live = {o.name for o in graph.outputs}
+    kept = []
+    for n in reversed(graph.nodes):
+        if any(o in live for o in n.outputs):
+            kept.append(n)
+            live.update(i for i in n.inputs if i)
+    return remove_unused_constants(graph.replace(nodes=kept[::-1]))
+
+
+def remove_unused_constants(graph):
+    used = {i for n in graph.nodes for i in n.inputs} | {o.name for o in graph.outputs}
+    return graph.replace(constants={k: v for k, v in graph.constants.items() if k in used})
+
+
+# -- fusion ----------------------------------------------------------------------------------
+
+def fuse(graph):
+    """Conv/Gemm/MatMul [+ bias Add] [+ residual Add] [+ Relu | Clip] → one TwConv/TwDense node.
+
+    A TwConv has inputs ``(x, w, b, residual)`` (b and residual may be ``""``)
+    and attributes ``strides, pads, dilations, group`` and ``act`` (``"none"``,
+    ``"relu"`` or ``"clip"`` with ``clip_min``/``clip_max``); a TwDense has
+    ``(x, w, b)`` with ``w`` as ``M × K`` (PyTorch's Linear layout).
+    """
+    consumers = graph.consumers()
+    constants = dict(graph.constants)
+    outputs = {o.name for o in graph.outputs}
+    position = {out: k for k, n in enumerate(graph.nodes) for out in n.outputs}
+    absorbed, fused = set(), {}
+
+    def single_next(tensor, op=None):
+        users = consumers.get(tensor, [])
+        if tensor in outputs or len(users) != 1 or (op and users[0].op not in op) or id(users[0]) in absorbed:
+            return None
+        return users[0]
+
+    for k, n in enumerate(graph.nodes):
+        head = _fusable_head(n, constants)
+        if head is None:
+            continue
+        kind, x, w, b, attrs = head
+        out, residual = n.outputs[0], ""
+        nxt = single_next(out, ("Add",))
+        if nxt is not None and b == "":       # a bias Add: a constant vector per output channel
+            other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
+            bias = _bias_vector(constants.get(other), w.shape[0], kind)
+            if bias is not None:
+                b = f"{n.name}/bias"
+                constants[b] = bias
+                absorbed.add(id(nxt))
+                out = nxt.outputs[0]
+                nxt = single_next(out, ("Add",))
+        if nxt is not None and kind == "TwConv":     # a residual Add of another computed tensor
+            other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
+            if other not in constants and position.get(other, -1) < k:     # computed before this node
+                residual = other
+                absorbed.add(id(nxt))
+                out = nxt.outputs[0]
+        act = {"act": "none"}
+        nxt = single_next(out, ("Relu", "Clip"))
+        if nxt is not None:
+            clip = _clip_bounds(nxt, constants)
+            if clip is not None:
+                act = clip
+                absorbed.add(id(nxt))
+                out = nxt.outputs[0]
+        wname = f"{n.name}/w"
+        constants[wname] = w
+        inputs = [x, wname, b] + ([residual] if kind == "TwConv" else [])
+        fused[id(n)] = Node(kind, inputs, [out], {**attrs, **act}, n.name)
+    nodes = [fused.get(id(n), n) for n in graph.nodes if id(n) not in absorbed]
+    return remove_unused_constants(graph.replace(nodes=nodes, constants=constants))
+
+
+def _fusable_head(n, constants):
+    """``(kind, x, weights (float, M-first), bias name or "", attrs)`` for a Conv/Gemm/MatMul with constant
+    weights, else None."""
+    if n.op == "Conv" and len(n.inputs) >= 2 and n.inputs[1] in constants:
+        w = constants[n.inputs[1]]
+        if w.ndim != 4:
+            return None
+        attrs = {k: n.attrs[k] for k in ("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape")
+                 if k in n.attrs}
+        b = n.inputs[2] if len(n.inputs) > 2 else ""
+        return "TwConv", n.inputs[0], w, b, attrs
+    if n.op == "Gemm" and n.inputs[1] in constants and not n.attr("transA", 0):
+        w = constants[n.inputs[1]] * n.attr("alpha", 1.0)
+        w = w if n.attr("transB", 0) else w.T
+        b = ""
+        if len(n.inputs) > 2 and n.inputs[2]:
+            c = constants.get(n.inputs[2])
+            if c is None or c.size not in (1, w.shape[0]) or c.ndim > 1 and c.shape[0] != 1:
+                return None
+            b = n.inputs[2]
+            constants[b + "/beta"] = np.broadcast_to(c.reshape(-1) * n.attr("beta", 1.0), (w.shape[0],)).copy()
+            b = b + "/beta"
+        return "TwDense", n.inputs[0], np.ascontiguousarray(w), b, {}
+    if n.op == "MatMul" and n.inputs[1] in constants and constants[n.inputs[1]].ndim == 2:
+        return "TwDense", n.inputs[0], np.ascontiguousarray(constants[n.inputs[1]].T), "", {}
+    return None
+
+
+def _bias_vector(value, channels, kind):
+    """A per-output-channel vector from an Add operand broadcast along the output, or None."""
+    if value is None:
+        return None
+    v = np.asarray(value)
+    if kind == "TwConv":
+        if v.size == channels and (v.ndim == 1 and channels == 1 or v.ndim in (3, 4) and v.shape[-2:] == (1, 1)):
+            return v.reshape(channels).astype(np.float32)
+        return None
+    if v.size == channels and v.shape[-1] == channels:
+        return v.reshape(channels).astype(np.float32)
+    return None
+
+
+def _clip_bounds(node, constants):
+    if node.op == "Relu":
+        return {"act": "relu"}
+    lo = node.inputs[1] if len(node.inputs) > 1 else ""
+    hi = node.inputs[2] if len(node.inputs) > 2 else ""
+    if (lo and lo not in constants) or (hi and hi not in constants):
+        return None
+    lo = float(constants[lo]) if lo else node.attr("min", float("-inf"))
+    hi = float(constants[hi]) if hi else node.attr("max", float("inf"))
+    return {"act": "clip", "clip_min": lo, "clip_max": hi}
