@@ -290,6 +290,32 @@ def _tw_fused(node, *values):
     return [y.astype(np.float32)]
 
 
+def _wrap32(v):
+    return ((v + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
+def _requantize_int(acc, node):
+    """The accelerator's epilogue: clip(((acc) · mul) >> shift, lo, 127), 32-bit wrap-around."""
+    v = _wrap32(_wrap32(acc) * node.attr("mul")) >> node.attr("shift")
+    return np.clip(v, 0 if node.attr("relu") else -128, 127).astype(np.int8)
+
+
+def _qconv(node, x, w, b, r=None):
+    """QConv (graph.quantize) exactly as the accelerator computes it."""
+    p = node.attr("padding")
+    acc = conv_nchw(x.astype(np.int64), w.astype(np.int64), strides=[node.attr("stride")] * 2,
+                    pads_begin=[p, p], pads_end=[p, p], dtype=np.int64)
+    acc = _wrap32(acc + b.astype(np.int64).reshape(1, -1, 1, 1))
+    if r is not None:
+        acc = _wrap32(acc + _wrap32(r.astype(np.int64) * node.attr("residual_mul")))
+    return [_requantize_int(acc, node)]
+
+
+def _qdense(node, x, w, b):
+    acc = _wrap32(x.astype(np.int64) @ w.astype(np.int64).T + b.astype(np.int64))
+    return [_requantize_int(acc, node)]
+
+
 HOST_OPS = {
     "Conv": _conv,
     "ConvInteger": _conv_integer,
@@ -316,6 +342,9 @@ HOST_OPS = {
     # Tilewright's fused operators (graph.passes.fuse), in float
     "TwConv": _tw_fused,
     "TwDense": _tw_fused,
+    # ... and quantized (graph.quantize), bit-exact with the accelerator
+    "QConv": _qconv,
+    "QDense": _qdense,
 }
 
 
