@@ -101,8 +101,11 @@ class Program:
     @classmethod
     def load(cls, path, config=None):
         """Read a program; with ``config`` given, refuse one built for another configuration."""
+        source = path if hasattr(path, "read") else Path(path)
+        if hasattr(path, "read"):
+            path = "program data"
         try:
-            with np.load(Path(path), allow_pickle=False) as archive:
+            with np.load(source, allow_pickle=False) as archive:
                 header = json.loads(archive["header"].tobytes().decode())
                 binary = archive["instructions"].tobytes()
                 uops = archive["uops"].copy()
@@ -122,6 +125,11 @@ class Program:
             raise ProgramError(f"{path}: corrupted instructions ({e})") from None
         segments = {s["name"]: Segment(**{**s, "shape": tuple(s["shape"])}) for s in header["segments"]}
         return cls(header["name"], cfg, instructions, segments, uops, header["dram_bytes"], header.get("meta", {}))
+
+    @classmethod
+    def from_bytes(cls, data, config=None):
+        """The program serialised by :meth:`to_bytes`."""
+        return cls.load(io.BytesIO(data), config)
 
     def to_bytes(self):
         buf = io.BytesIO()

@@ -68,7 +68,7 @@ def test_user_errors_are_one_line(tmp_path, argv, message):
 
 
 def test_demo_passes(capsys):
-    assert main(["demo", "--config", "small", "--shape", "32", "64", "48"]) == 0
+    assert main(["demo", "matmul", "--config", "small", "--shape", "32", "64", "48"]) == 0
     out = capsys.readouterr().out
     assert "PASS: all 1536 outputs equal the numpy reference" in out
     assert "GEMM micro-ops" in out

@@ -167,7 +167,115 @@ def cmd_docs(args):
         print("generated docs are up to date")
 
 
+def _model_errors():
+    from .compiler.graph import ModelError
+    from .compiler.program import ProgramError
+    from .compiler.schedule import ScheduleError
+    from .runtime.device import DeviceError
+    from .sim.rtl import RtlError
+    return (ModelError, ProgramError, ScheduleError, DeviceError, RtlError)
+
+
+def _load_arrays(path, what):
+    """A .npy file as one array, or a .npz file as a dict of arrays by name."""
+    import numpy as np
+    try:
+        with open(path, "rb") as f:
+            data = np.load(f, allow_pickle=False)
+            return dict(data) if isinstance(data, np.lib.npyio.NpzFile) else data
+    except OSError as e:
+        raise CliError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    except (ValueError, EOFError) as e:
+        raise CliError(f"{what} {path} is not a .npy or .npz file ({str(e).splitlines()[0]})") from None
+
+
+def cmd_compile(args):
+    from .runtime.model import compile_model
+    cfg = _config(args)
+    calibration = _load_arrays(args.calib, "calibration samples") if args.calib else None
+    print(f"compiling {args.model} for config {cfg.name} ({cfg.tag})", flush=True)
+    try:
+        model = compile_model(Path(args.model), cfg, calibration=calibration, method=args.method, batch=args.batch,
+                              on_host=args.host or (), log=lambda line: print(line, flush=True), progress=True)
+        layers = model.meta.get("layers", [])
+        if layers:
+            print("quantization error per layer (SQNR against the float model, first calibration sample):")
+            for layer in layers:
+                print(f"  {layer['name']:24} {layer['sqnr_db']:6.1f} dB   requantize ×{layer['mul']} >> {layer['shift']}")
+        model.save(args.output)
+    except _model_errors() as e:
+        raise CliError(str(e)) from None
+    size = Path(args.output).stat().st_size
+    print(f"wrote {args.output} ({size / 1e6:.2f} MB) in {model.meta['compile_seconds']:.1f} s")
+
+
+def _profile_table(rows):
+    lines = [f"{'node':24} {'op':18} {'where':11} {'ms':>9} {'cycles':>11} {'MACs':>12}"]
+    for r in rows:
+        cycles = "" if r["cycles"] is None else str(r["cycles"])
+        macs = str(r["macs"]) if r["macs"] else ""
+        lines.append(f"{r['node'][:24]:24} {r['op'][:18]:18} {r['where']:11} {r['seconds'] * 1e3:9.2f} {cycles:>11} "
+                     f"{macs:>12}")
+    total_cycles = sum(r["cycles"] or 0 for r in rows)
+    accel = sum(r["seconds"] for r in rows if r["where"] == "accelerator")
+    host = sum(r["seconds"] for r in rows if r["where"] == "host")
+    lines.append(f"total: accelerator {accel * 1e3:.1f} ms, host {host * 1e3:.1f} ms"
+                 + (f", {total_cycles} accelerator cycles" if total_cycles else ""))
+    return lines
+
+
+def cmd_run(args):
+    import numpy as np
+
+    from .runtime.model import load_model
+    inputs = _load_arrays(args.input, "input")
+    try:
+        model = load_model(args.model)
+        print(f"running {args.model} on {args.backend} (config {model.config.name})", flush=True)
+        outputs, rows = model.run(inputs, backend=args.backend, profile=True, progress=True)
+    except _model_errors() as e:
+        raise CliError(str(e)) from None
+    if args.output:
+        try:
+            if len(outputs) == 1 and not args.output.endswith(".npz"):
+                np.save(args.output, next(iter(outputs.values())))
+            else:
+                np.savez(args.output, **outputs)
+        except OSError as e:
+            raise CliError(f"cannot write {args.output}: {e.strerror}") from None
+        print(f"wrote {args.output}")
+    for name, value in outputs.items():
+        print(f"output {name}: {value.dtype} {list(value.shape)}")
+    if args.profile:
+        for line in _profile_table(rows):
+            print(line)
+
+
 def cmd_demo(args):
+    if args.which == "digits":
+        return _demo_digits(args)
+    return _demo_matmul(args)
+
+
+def _demo_digits(args):
+    from .digits import run_demo
+    cfg = _config(args)
+    try:
+        result = run_demo(cfg, rtl=not args.no_rtl, log=lambda line: print(line, flush=True))
+    except _model_errors() as e:
+        raise CliError(str(e)) from None
+    gap = result["float_accuracy"] - result["int8_accuracy"]
+    if gap > 0.01:
+        print(f"FAIL: int8 accuracy is {100 * gap:.2f} pp below float (allowed: 1 pp)")
+        return 1
+    if not result.get("rtl_matches_fsim", True):
+        print("FAIL: the RTL and fsim disagree")
+        return 1
+    print("PASS: int8 within 1 pp of float" + ("; RTL equals fsim bit for bit" if "rtl_cycles" in result else ""))
+    return 0
+
+
+def _demo_matmul(args):
     import numpy as np
 
     from .kernels import BlockedMatmul
@@ -254,13 +362,35 @@ def _parser():
     sp.add_argument("--trace", help="write a Chrome/Perfetto trace of every instruction (rtl)")
     sp.set_defaults(func=cmd_bench)
 
+    sp = with_config(sub.add_parser("compile", help="quantize and compile an ONNX model into a .twm file"),
+                     "default")
+    sp.add_argument("model", help="ONNX model file")
+    sp.add_argument("-o", "--output", required=True, help="compiled model file (.twm)")
+    sp.add_argument("--calib", help="calibration samples: .npy (N × input shape) or .npz by input name")
+    sp.add_argument("--method", choices=["max", "percentile"], default="max", help="calibration method")
+    sp.add_argument("--batch", type=int, help="batch size to compile a dynamic batch dimension for (default 1)")
+    sp.add_argument("--host", action="append", metavar="NODE", help="keep this layer on the host (repeatable)")
+    sp.set_defaults(func=cmd_compile)
+
+    sp = sub.add_parser("run", help="run a compiled model on fsim or the RTL")
+    sp.add_argument("model", help="compiled model file (.twm)")
+    sp.add_argument("--input", "-i", required=True, help="input: .npy, or .npz by input name")
+    sp.add_argument("--output", "-o", help="write the outputs (.npy for one output, else .npz)")
+    sp.add_argument("--backend", choices=["fsim", "rtl"], default="fsim")
+    sp.add_argument("--profile", action="store_true", help="print where each node ran, its time and cycles")
+    sp.set_defaults(func=cmd_run)
+
     sp = sub.add_parser("docs", help="regenerate the generated tables in docs/")
     sp.add_argument("--root", default=".", help="repository root")
     sp.add_argument("--check", action="store_true", help="only check that they are current")
     sp.set_defaults(func=cmd_docs)
 
-    sp = with_config(sub.add_parser("demo", help="run a blocked matmul + requantize on fsim"), "default")
-    sp.add_argument("--shape", type=int, nargs=3, default=(256, 512, 256), metavar=("M", "K", "N"))
+    sp = with_config(sub.add_parser("demo", help="digits: a CNN quantized, compiled and run on fsim and the RTL; "
+                                                 "matmul: a blocked matmul + requantize on fsim"), "default")
+    sp.add_argument("which", nargs="?", choices=["digits", "matmul"], default="digits")
+    sp.add_argument("--no-rtl", action="store_true", help="digits: skip the RTL run")
+    sp.add_argument("--shape", type=int, nargs=3, default=(256, 512, 256), metavar=("M", "K", "N"),
+                    help="matmul: M K N")
     sp.add_argument("--threads", type=int, default=2)
     sp.add_argument("--seed", type=int, default=0)
     sp.set_defaults(func=cmd_demo)

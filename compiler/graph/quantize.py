@@ -28,7 +28,7 @@ import numpy as np
 from .host import run_graph, run_node
 from .ir import ModelError, Node, TensorInfo
 
-__all__ = ["calibrate", "quantize", "choose_requant", "QuantLayer", "sqnr_db", "layer_report",
+__all__ = ["calibrate", "quantize", "choose_requant", "host_reason", "QuantLayer", "sqnr_db", "layer_report",
            "INT8_EXACT_OPS", "OVERFLOW_MARGIN"]
 
 #: Host operators that act on int8 values exactly as on the floats they stand for (same scale).
@@ -124,17 +124,35 @@ class QuantLayer:
         return abs(self.mul / 2 ** self.shift - exact) / exact
 
 
+def host_reason(node):
+    """Why the accelerator cannot run fused layer ``node`` (it then stays on the host in float), or None."""
+    if node.op == "TwDense":
+        return None
+    if node.op != "TwConv":
+        return "not a fused conv/dense layer"
+    strides, pads = node.attr("strides", [1, 1]), node.attr("pads", [0, 0, 0, 0])
+    if len(strides) != 2:
+        return f"{len(strides)}-D convolution"
+    if node.attr("group", 1) != 1:
+        return f"grouped convolution (group={node.attr('group')})"
+    if any(d != 1 for d in node.attr("dilations", [1, 1])):
+        return f"dilation {node.attr('dilations')}"
+    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
+        return f"auto_pad={node.attr('auto_pad')}"
+    if strides[0] != strides[1]:
+        return f"unequal strides {strides}"
+    if len(set(pads)) != 1:
+        return f"unequal pads {pads}"
+    if node.attr("act") == "clip" and node.attr("clip_min") not in (0.0, -math.inf):
+        return f"Clip with min {node.attr('clip_min')}"
+    return None
+
+
 def _accelerated_conv(node):
     """Conv2dSpec-style parameters of a TwConv the accelerator runs, or None (it stays on the host)."""
-    strides = node.attr("strides", [1, 1])
-    pads = node.attr("pads", [0, 0, 0, 0])
-    if node.attr("group", 1) != 1 or any(d != 1 for d in node.attr("dilations", [1, 1])) \
-            or node.attr("auto_pad", "NOTSET") not in ("NOTSET", "") or len(strides) != 2 \
-            or strides[0] != strides[1] or len(set(pads)) != 1:
+    if host_reason(node) is not None:
         return None
-    if node.attr("act") == "clip" and node.attr("clip_min") not in (0.0, -math.inf):
-        return None
-    return dict(stride=int(strides[0]), padding=int(pads[0]))
+    return dict(stride=int(node.attr("strides", [1, 1])[0]), padding=int(node.attr("pads", [0, 0, 0, 0])[0]))
 
 
 def _relu(node):

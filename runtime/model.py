@@ -1,0 +1,411 @@
+"""Compiled models: an ONNX model quantized, partitioned and compiled, run on any backend, saved as one file.
+
+``compile_model`` takes an ONNX model (path, bytes or ``ModelProto``) to a
+:class:`CompiledModel`:
+
+1. import and simplify (constant folding, batch-norm folding, dead nodes,
+   conv/dense fusion with bias, residual add and ReLU/Clip);
+2. quantize float layers to int8 from calibration samples
+   (:mod:`tilewright.compiler.graph.quantize`);
+3. partition: every ``QConv``/``QDense`` runs on the accelerator, every other
+   node on the host (numpy); an operator neither can run is an error naming
+   the node before anything is compiled;
+4. compile each accelerator layer for its shape, channels padded to the
+   config's blocks, and pack its weights and bias once.
+
+:meth:`CompiledModel.run` executes it on ``fsim`` or ``rtl`` (the same
+call), packing activations into the accelerator layout at each layer and
+unpacking the result; with ``profile=True`` it also returns one row per node
+(where it ran, seconds, accelerator cycles when the backend counts them).
+:meth:`CompiledModel.save` / :func:`load_model` write and read one ``.twm``
+file (a zip: a JSON header with the config, graph and placement; programs,
+packed weights and host constants as arrays).
+"""
+
+import io
+import json
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tilewright.compiler.graph import HOST_OPS, Graph, ModelError, Node, TensorInfo, load_onnx, run_graph, run_node
+from tilewright.compiler.graph.passes import remove_unused_constants, simplify
+from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_report, quantize
+from tilewright.compiler.ops import Conv2dSpec, DenseSpec
+from tilewright.compiler.program import Program, ProgramError
+from tilewright.config import HwConfig, load_config
+from tilewright.progress import Progress
+
+from .api import compile_conv2d, compile_dense
+from .device import get_device
+from .layout import pack_bias, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
+
+__all__ = ["CompiledModel", "Step", "compile_model", "load_model", "ACCELERATOR_OPS", "FORMAT"]
+
+#: Graph operators the accelerator runs (everything else runs on the host).
+ACCELERATOR_OPS = {"QConv", "QDense"}
+FORMAT, VERSION = "tilewright-model", 1
+CALIBRATION_CHUNK = 16
+
+
+@dataclass
+class Step:
+    """One node of the compiled model and where it runs."""
+    node: Node
+    where: str                            # "accelerator" or "host"
+    why: str = ""                         # for host nodes that look like layers: why not the accelerator
+    program: Program | None = None
+    packed: dict = field(default_factory=dict)   # weight/bias in the accelerator's layout
+    out_channels: int = 0
+    macs: int = 0
+
+    @property
+    def name(self):
+        return self.node.name
+
+
+class CompiledModel:
+    """A quantized graph whose layers have accelerator programs; run it with :meth:`run`."""
+
+    def __init__(self, graph, config, steps, *, batch, dynamic_batch, meta=None):
+        self.graph, self.config, self.steps = graph, load_config(config), steps
+        self.batch, self.dynamic_batch = batch, dynamic_batch
+        self.meta = meta or {}
+
+    # -- description ------------------------------------------------------------------------
+
+    def placement_table(self):
+        """Which node runs where, as text lines."""
+        width = max([len(s.name) for s in self.steps] + [4])
+        lines = [f"{'node':{width}}  {'op':18} where"]
+        for s in self.steps:
+            note = f"  ({s.why})" if s.why else ""
+            lines.append(f"{s.name:{width}}  {s.node.op:18} {s.where}{note}")
+        accel = sum(s.where == "accelerator" for s in self.steps)
+        lines.append(f"{accel} node(s) on the accelerator, {len(self.steps) - accel} on the host")
+        return lines
+
+    # -- running --------------------------------------------------------------------------------
+
+    def _inputs(self, inputs):
+        if not isinstance(inputs, dict):
+            if len(self.graph.inputs) != 1:
+                raise ModelError(f"the model has {len(self.graph.inputs)} inputs; pass a dict of arrays by name")
+            inputs = {self.graph.inputs[0].name: inputs}
+        feeds, count = {}, None
+        for info in self.graph.inputs:
+            if info.name not in inputs:
+                raise ModelError(f"missing input {info.name!r}")
+            shape = (None,) + tuple(info.shape[1:]) if self.dynamic_batch else info.shape
+            array = TensorInfo(info.name, shape, info.dtype).check(inputs[info.name])
+            if self.dynamic_batch:
+                if count is not None and array.shape[0] != count:
+                    raise ModelError(f"input {info.name!r} has {array.shape[0]} samples, another has {count}")
+                count = array.shape[0]
+            feeds[info.name] = array
+        unknown = set(inputs) - set(feeds)
+        if unknown:
+            raise ModelError(f"the model has no input(s) {', '.join(sorted(unknown))}")
+        return feeds, (count if self.dynamic_batch else self.batch)
+
+    def run(self, inputs, *, backend="fsim", profile=False, progress=False):
+        """Outputs by name (and, with ``profile``, per-node rows) for ``inputs``: an array, or a dict by name.
+
+        With a dynamic batch dimension any number of samples can be given;
+        they run in chunks of the compiled batch.
+        """
+        feeds, count = self._inputs(inputs)
+        device = get_device(backend, self.config)
+        rows = {s.name: dict(node=s.name, op=s.node.op, where=s.where, seconds=0.0, cycles=None, macs=s.macs)
+                for s in self.steps}
+        starts = range(0, count, self.batch)
+        results = []
+        with Progress(len(starts), f"running on {backend}", enabled=progress) as bar:
+            for start in starts:
+                chunk = {k: _pad_batch(v[start:start + self.batch], self.batch) if self.dynamic_batch else v
+                         for k, v in feeds.items()}
+                results.append(self._run_chunk(chunk, device, rows))
+                bar.advance(f"samples {start + 1}-{min(start + self.batch, count)}")
+        outputs = {name: np.concatenate([r[name] for r in results])[:count] if self.dynamic_batch else results[0][name]
+                   for name in results[0]}
+        return (outputs, list(rows.values())) if profile else outputs
+
+    def _run_chunk(self, feeds, device, rows):
+        env = dict(self.graph.constants)
+        env.update(feeds)
+        for step in self.steps:
+            start = time.perf_counter()
+            if step.where == "accelerator":      # weights and bias are packed in the step
+                values = [env[i] if i and k in (0, 3) else None for k, i in enumerate(step.node.inputs)]
+                outs, stats = self._run_on_accelerator(step, values, device)
+                if "cycles" in stats:
+                    rows[step.name]["cycles"] = (rows[step.name]["cycles"] or 0) + stats["cycles"]
+            else:
+                outs = run_node(step.node, [env[i] if i else None for i in step.node.inputs], self.graph.opset)
+            rows[step.name]["seconds"] += time.perf_counter() - start
+            env.update(zip(step.node.outputs, outs))
+        return {o.name: env[o.name] for o in self.graph.outputs}
+
+    def _run_on_accelerator(self, step, values, device):
+        c, x = self.config, values[0]
+        if step.node.op == "QConv":
+            tensors = {"data": pack_nchw(x, c.batch, c.block_in), **step.packed}
+            if len(values) > 3 and values[3] is not None:
+                tensors["residual"] = pack_nchw(values[3], c.batch, c.block_out)
+            out, stats = device.run_program(step.program, tensors)
+            return [unpack_nchw(out["out"], x.shape[0], step.out_channels)], stats
+        tensors = {"data": pack_rows(x, c.batch, c.block_in), **step.packed}
+        out, stats = device.run_program(step.program, tensors)
+        return [unpack_rows(out["out"], x.shape[0], step.out_channels)], stats
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def save(self, path):
+        """Write the model to one ``.twm`` file."""
+        arrays, counter = {}, iter(range(1 << 30))
+
+        def put(array):
+            key = f"a{next(counter)}"
+            arrays[key] = np.asarray(array)
+            return key
+
+        def attr(v):
+            if isinstance(v, np.ndarray):
+                return {"__array__": put(v)}
+            if isinstance(v, np.generic):
+                return v.item()
+            return v
+
+        g = self.graph
+        header = {
+            "format": FORMAT, "version": VERSION,
+            "config": self.config.params(), "config_name": self.config.name, "fingerprint": self.config.fingerprint,
+            "batch": self.batch, "dynamic_batch": self.dynamic_batch, "meta": self.meta,
+            "graph": {"name": g.name, "opset": g.opset,
+                      "inputs": [_info_json(i) for i in g.inputs], "outputs": [_info_json(o) for o in g.outputs],
+                      "constants": {k: put(v) for k, v in g.constants.items()}},
+            "steps": [{"op": s.node.op, "inputs": s.node.inputs, "outputs": s.node.outputs, "name": s.name,
+                       "attrs": {k: attr(v) for k, v in s.node.attrs.items()}, "where": s.where, "why": s.why,
+                       "out_channels": s.out_channels, "macs": s.macs,
+                       "program": put(np.frombuffer(s.program.to_bytes(), np.uint8)) if s.program else None,
+                       "packed": {k: put(v) for k, v in s.packed.items()}} for s in self.steps],
+        }
+        arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+        try:
+            with open(path, "wb") as f:
+                np.savez(f, **arrays)
+        except OSError as e:
+            raise ModelError(f"cannot write {path}: {e.strerror}") from None
+
+
+def load_model(path):
+    """Read a ``.twm`` file written by :meth:`CompiledModel.save`; a damaged file is a one-line ModelError."""
+    try:
+        with np.load(Path(path), allow_pickle=False) as archive:
+            header = json.loads(archive["header"].tobytes().decode())
+            if not isinstance(header, dict) or header.get("format") != FORMAT:
+                raise ModelError(f"{path}: not a tilewright model file")
+            if header.get("version") != VERSION:
+                raise ModelError(f"{path}: model file version {header.get('version')}, this tilewright reads "
+                                 f"{VERSION}; recompile the model")
+            return _from_header(header, archive)
+    except ModelError:
+        raise
+    except FileNotFoundError:
+        raise ModelError(f"{path}: no such file") from None
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, UnicodeDecodeError,
+            ProgramError) as e:
+        raise ModelError(f"{path}: not a readable tilewright model file ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+
+
+def _from_header(header, archive):
+    cfg = HwConfig(**header["config"], name=header["config_name"])
+    if cfg.fingerprint != header["fingerprint"]:
+        raise ValueError("config fingerprint mismatch")
+    g = header["graph"]
+
+    def attr(v):
+        return archive[v["__array__"]] if isinstance(v, dict) and "__array__" in v else v
+
+    steps = []
+    for s in header["steps"]:
+        node = Node(s["op"], s["inputs"], s["outputs"], {k: attr(v) for k, v in s["attrs"].items()}, s["name"])
+        program = Program.from_bytes(archive[s["program"]].tobytes(), cfg) if s["program"] else None
+        steps.append(Step(node, s["where"], s["why"], program, {k: archive[v] for k, v in s["packed"].items()},
+                          s["out_channels"], s["macs"]))
+    graph = Graph([s.node for s in steps], [_info_from(i) for i in g["inputs"]],
+                  [_info_from(o) for o in g["outputs"]], {k: archive[v] for k, v in g["constants"].items()},
+                  g["name"], g["opset"])
+    return CompiledModel(graph, cfg, steps, batch=header["batch"], dynamic_batch=header["dynamic_batch"],
+                         meta=header["meta"])
+
+
+def _info_json(info):
+    return {"name": info.name, "shape": list(info.shape), "dtype": np.dtype(info.dtype).str}
+
+
+def _info_from(d):
+    return TensorInfo(d["name"], tuple(d["shape"]), np.dtype(d["dtype"]))
+
+
+def _pad_batch(array, batch):
+    if array.shape[0] == batch:
+        return array
+    return np.concatenate([array, np.zeros((batch - array.shape[0],) + array.shape[1:], array.dtype)])
+
+
+# -- compiling ------------------------------------------------------------------------------------
+
+def _input_shapes(graph, batch):
+    """Concrete input shapes (a dynamic leading dimension becomes ``batch``) and whether it was dynamic."""
+    shapes, dynamic = {}, False
+    for info in graph.inputs:
+        shape = list(info.shape)
+        if shape and shape[0] is None:
+            shape[0], dynamic = batch or 1, True
+        elif batch and shape and shape[0] != batch:
+            raise ModelError(f"input {info.name!r} has a fixed batch of {shape[0]}; cannot compile for {batch}")
+        if any(d is None for d in shape):
+            raise ModelError(f"input {info.name!r} has shape {info.shape}: only the first (batch) dimension "
+                             "may be dynamic")
+        shapes[info.name] = tuple(shape)
+    return shapes, dynamic
+
+
+def _calibration_feeds(graph, samples, shapes, dynamic, log):
+    """Calibration samples as a list of feed dicts: chunks of up to CALIBRATION_CHUNK samples, or of the
+    model's fixed batch."""
+    if samples is None:
+        log("no calibration samples given: calibrating on 8 random normal inputs (give real samples for "
+            "real accuracy)")
+        rng = np.random.default_rng(0)
+        samples = {i.name: rng.standard_normal((8,) + shapes[i.name][1:]).astype(i.dtype) for i in graph.inputs}
+    if not isinstance(samples, dict):
+        if len(graph.inputs) != 1:
+            raise ModelError("the model has several inputs: give calibration samples as a dict by input name")
+        samples = {graph.inputs[0].name: samples}
+    arrays = {}
+    for info in graph.inputs:
+        if info.name not in samples:
+            raise ModelError(f"calibration samples have no array for input {info.name!r}")
+        a = np.asarray(samples[info.name])
+        if a.dtype != info.dtype or a.shape[1:] != shapes[info.name][1:]:
+            raise ModelError(f"calibration samples for {info.name!r} are {a.dtype} {list(a.shape)}; want "
+                             f"{np.dtype(info.dtype)} [N, {', '.join(map(str, shapes[info.name][1:]))}]")
+        arrays[info.name] = a
+    count = min(len(a) for a in arrays.values())
+    chunk = CALIBRATION_CHUNK if dynamic else shapes[graph.inputs[0].name][0]
+    if count == 0 or count < chunk and not dynamic:
+        raise ModelError(f"calibration needs at least {chunk if not dynamic else 1} sample(s), got {count}")
+    if not dynamic:
+        count -= count % chunk
+    return [{k: a[s:s + chunk] for k, a in arrays.items()} for s in range(0, count, chunk)]
+
+
+def _check_supported(graph):
+    for node in graph.nodes:
+        if node.op not in HOST_OPS:
+            raise ModelError(f"node {node}: operator {node.op} is not supported (not on the accelerator, "
+                             f"not on the host)")
+
+
+def _accelerator_step(node, shapes, consts, cfg):
+    """A compiled accelerator step for QConv/QDense ``node``."""
+    x_shape, w = shapes[node.inputs[0]], consts[node.inputs[1]]
+    bias = consts[node.inputs[2]]
+    a = node.attrs
+    if node.op == "QConv":
+        N, C, H, W = x_shape
+        O = w.shape[0]
+        residual = len(node.inputs) > 3 and bool(node.inputs[3])
+        spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
+                          tuple(w.shape[2:]), a["stride"], a["padding"], bias=True, residual=residual,
+                          mul=a["mul"], shift=a["shift"], relu=bool(a["relu"]),
+                          residual_mul=a.get("residual_mul", 1) if residual else 1)
+        packed = {"weight": pack_oihw(w, cfg.block_out, cfg.block_in)}
+        program = compile_conv2d(spec, cfg)
+        macs = N * O * C * spec.out_height * spec.out_width * w.shape[2] * w.shape[3]
+    else:
+        N, K = x_shape
+        O = w.shape[0]
+        spec = DenseSpec(round_up(N, cfg.batch), round_up(K, cfg.block_in), round_up(O, cfg.block_out), bias=True,
+                         mul=a["mul"], shift=a["shift"], relu=bool(a["relu"]))
+        packed = {"weight": pack_rows(w, cfg.block_out, cfg.block_in)}
+        program = compile_dense(spec, cfg)
+        macs = N * K * O
+    packed["bias"] = pack_bias(bias, cfg.batch, cfg.block_out)
+    return Step(node, "accelerator", "", program, packed, O, macs)
+
+
+def compile_model(model, config="default", *, calibration=None, method="max", percentile=99.99, batch=None,
+                  on_host=(), log=None, progress=False):
+    """Import, quantize, partition and compile ``model``; returns a :class:`CompiledModel`.
+
+    ``calibration``: sample inputs for int8 calibration, an array ``N × …`` for
+    a one-input model or a dict of them by input name (needed only when the
+    model has float layers; random normal inputs are used, with a warning,
+    when none are given). ``batch`` fixes a dynamic batch dimension
+    (default 1). ``on_host`` names layers to keep on the host (run there
+    with the accelerator's integer arithmetic). ``log`` receives progress
+    lines (the partition table is printed through it before compiling).
+    """
+    log = log or (lambda line: None)
+    cfg = load_config(config)
+    started = time.perf_counter()
+    graph = model if isinstance(model, Graph) else load_onnx(model)
+    shapes, dynamic = _input_shapes(graph, batch)
+    graph = simplify(graph)
+    _check_supported(graph)
+    meta = {"source": graph.name, "method": None, "layers": []}
+    if any(n.op in ("TwConv", "TwDense") and host_reason(n) is None for n in graph.nodes):
+        feeds = _calibration_feeds(graph, calibration, shapes, dynamic, log)
+        log(f"calibrating ({method}) on {sum(len(next(iter(f.values()))) for f in feeds)} sample(s)")
+        ranges = calibrate(graph, feeds, method=method, percentile=percentile)
+        quantized, layers = quantize(graph, ranges, with_layers=True)
+        quantized = remove_unused_constants(quantized)
+        one = {k: v[:1] if dynamic else v for k, v in feeds[0].items()}
+        meta["method"] = method
+        meta["layers"] = [dict(name=layer.name, mul=layer.mul, shift=layer.shift, sqnr_db=round(db, 2),
+                               input_scale=layer.input_scale, weight_scale=layer.weight_scale,
+                               output_scale=layer.output_scale)
+                          for layer, db in layer_report(graph, quantized, layers, one)]
+    else:
+        quantized = graph
+    zeros = {i.name: np.zeros(shapes[i.name], i.dtype) for i in quantized.inputs}
+    _, env = run_graph(quantized, zeros, keep=True)
+    tensor_shapes = {k: np.shape(v) for k, v in env.items()}
+
+    unknown = set(on_host) - {n.name for n in quantized.nodes}
+    if unknown:
+        raise ModelError(f"on_host names no node of the model: {', '.join(sorted(unknown))}")
+    plan = []
+    for node in quantized.nodes:
+        if node.op in ACCELERATOR_OPS and node.name not in on_host:
+            plan.append((node, "accelerator", ""))
+        elif node.op in ACCELERATOR_OPS:
+            plan.append((node, "host", "asked for the host"))
+        else:
+            plan.append((node, "host", host_reason(node) if node.op in ("TwConv", "TwDense") else ""))
+    preview = CompiledModel(quantized, cfg, [Step(n, w, why) for n, w, why in plan], batch=1, dynamic_batch=False)
+    for line in preview.placement_table():
+        log(line)
+
+    steps = []
+    accel = sum(w == "accelerator" for _, w, _ in plan)
+    with Progress(accel, "compiling", enabled=progress) as bar:
+        for node, where, why in plan:
+            if where == "accelerator":
+                steps.append(_accelerator_step(node, tensor_shapes, quantized.constants, cfg))
+                bar.advance(node.name)
+            else:
+                steps.append(Step(node, where, why))
+    # the accelerator's weights travel packed; the host keeps only the constants its nodes read
+    host_reads = {i for s in steps if s.where == "host" for i in s.node.inputs}
+    constants = {k: v for k, v in quantized.constants.items() if k in host_reads}
+    final_batch = shapes[quantized.inputs[0].name][0] if quantized.inputs else 1
+    meta["compile_seconds"] = round(time.perf_counter() - started, 3)
+    return CompiledModel(quantized.replace(constants=constants), cfg, steps, batch=final_batch,
+                         dynamic_batch=dynamic, meta=meta)

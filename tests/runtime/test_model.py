@@ -1,0 +1,224 @@
+"""Compiled models: partition, accelerator results vs the host's integer oracle, files, bad inputs, CLI."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tilewright.cli import main
+from tilewright.compiler.graph import ModelError, load_onnx, run_graph
+from tilewright.compiler.graph.passes import simplify
+from tilewright.compiler.graph.quantize import calibrate, quantize, sqnr_db
+from tilewright.compiler.graph.zoo import resnet, resnet18
+from tilewright.runtime.model import compile_model, load_model
+
+
+def small_resnet(batch=1):
+    return resnet(blocks=(1, 1), widths=(8, 16), image=12, stem=(3, 1, False), classes=10, seed=3, batch=batch)
+
+
+@pytest.fixture(scope="module")
+def calib():
+    return np.random.default_rng(0).standard_normal((8, 3, 12, 12)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def compiled(calib):
+    return compile_model(small_resnet().SerializeToString(), "default", calibration=calib)
+
+
+def test_accelerator_equals_the_quantized_graph_on_the_host(compiled, calib):
+    """fsim runs every conv/dense; the host's numpy integer ops (an independent oracle) agree bit for bit."""
+    graph = simplify(load_onnx(small_resnet().SerializeToString()))
+    oracle = quantize(graph, calibrate(graph, [calib[i:i + 1] for i in range(8)]))
+    assert [s.where for s in compiled.steps if s.node.op in ("QConv", "QDense")] == ["accelerator"] * 7
+    x = np.random.default_rng(1).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    name = graph.outputs[0].name
+    got, rows = compiled.run(x, profile=True)
+    np.testing.assert_array_equal(got[name], run_graph(oracle, {"input": x})[name])
+    assert sqnr_db(run_graph(graph, {"input": x})[name], got[name]) > 20
+    assert {r["where"] for r in rows} == {"accelerator", "host"} and all(r["seconds"] >= 0 for r in rows)
+    assert sum(r["macs"] for r in rows) == sum(s.macs for s in compiled.steps) > 0
+
+
+def test_rtl_equals_fsim_and_counts_cycles(compiled):
+    x = np.random.default_rng(2).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    fsim = compiled.run(x)
+    rtl, rows = compiled.run(x, backend="rtl", profile=True)
+    for k in fsim:
+        np.testing.assert_array_equal(rtl[k], fsim[k])
+    accel = [r for r in rows if r["where"] == "accelerator"]
+    assert all(r["cycles"] > 0 for r in accel) and all(r["cycles"] is None for r in rows if r["where"] == "host")
+
+
+def test_save_load_round_trip(compiled, tmp_path):
+    path = tmp_path / "m.twm"
+    compiled.save(path)
+    loaded = load_model(path)
+    x = np.random.default_rng(3).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    a, b = compiled.run(x), loaded.run(x)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert loaded.placement_table() == compiled.placement_table()
+    assert loaded.meta["layers"] == compiled.meta["layers"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "empty"])
+def test_damaged_model_files_are_one_line_errors(compiled, tmp_path, damage):
+    path = tmp_path / "m.twm"
+    compiled.save(path)
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[:len(data) // 2]
+    elif damage == "flip":
+        for k in range(len(data) // 3, len(data) // 3 + 64):
+            data[k] ^= 0x5A
+    elif damage == "garbage":
+        data = bytearray(b"not a model" * 100)
+    else:
+        data = bytearray()
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="m.twm") as e:
+        load_model(path)
+    assert "\n" not in str(e.value)
+
+
+def test_dynamic_batch_runs_in_chunks(calib):
+    model = small_resnet(batch=1)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    m = compile_model(model.SerializeToString(), "default", calibration=calib, batch=2)
+    assert m.batch == 2 and m.dynamic_batch
+    x = np.random.default_rng(4).standard_normal((5, 3, 12, 12)).astype(np.float32)
+    name = m.graph.outputs[0].name
+    together = m.run(x)[name]
+    one_by_one = np.concatenate([m.run(x[i:i + 1])[name] for i in range(5)])
+    assert together.shape == (5, 10)
+    np.testing.assert_array_equal(together, one_by_one)
+
+
+def test_layers_kept_on_the_host_give_the_same_result(compiled, calib):
+    m = compile_model(small_resnet().SerializeToString(), "default", calibration=calib, on_host=["conv2"])
+    assert [s.where for s in m.steps if s.name == "conv2"] == ["host"]
+    x = np.random.default_rng(5).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    a, b = compiled.run(x), m.run(x)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    with pytest.raises(ModelError, match="no node"):
+        compile_model(small_resnet().SerializeToString(), "default", calibration=calib, on_host=["nope"])
+
+
+def _one_conv(group=1):
+    rng = np.random.default_rng(6)
+    w = numpy_helper.from_array(rng.standard_normal((4, 4 // group, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", group=group, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_grouped_conv_stays_on_the_host_with_a_reason():
+    lines = []
+    m = compile_model(_one_conv(group=2).SerializeToString(), "default", log=lines.append)
+    assert [(s.where, s.why) for s in m.steps] == [("host", "grouped convolution (group=2)")]
+    assert any("grouped convolution" in line for line in lines)
+    x = np.random.default_rng(7).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(m.run(x)["y"], run_graph(load_onnx(_one_conv(2).SerializeToString()), {"x": x})["y"],
+                               rtol=1e-5, atol=1e-5)
+
+
+def _unsupported():
+    nodes = [helper.make_node("Erf", ["x"], ["y"], name="the_erf")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_bad_inputs_are_model_errors(compiled):
+    with pytest.raises(ModelError, match=r"the_erf \(Erf\): operator Erf is not supported"):
+        compile_model(_unsupported().SerializeToString())
+    with pytest.raises(ModelError, match="truncated|not a valid|cannot"):
+        compile_model(small_resnet().SerializeToString()[:500])
+    with pytest.raises(ModelError, match=r"input 'input': shape 1×3×10×12, the model wants 1×3×12×12"):
+        compiled.run(np.zeros((1, 3, 10, 12), np.float32))
+    with pytest.raises(ModelError, match="input 'input': dtype float64, the model wants float32"):
+        compiled.run(np.zeros((1, 3, 12, 12)))
+    with pytest.raises(ModelError, match="calibration samples for 'input' are float32 \\[4, 3, 12\\]"):
+        compile_model(small_resnet().SerializeToString(), calibration=np.zeros((4, 3, 12), np.float32))
+
+
+def test_resnet18_end_to_end_on_fsim():
+    """torchvision's ResNet-18 at 224×224 (random weights): compiled, run on fsim, SQNR ≥ 20 dB."""
+    model = resnet18().SerializeToString()
+    rng = np.random.default_rng(0)
+    m = compile_model(model, "default", calibration=rng.standard_normal((4, 3, 224, 224)).astype(np.float32))
+    assert sum(s.where == "accelerator" for s in m.steps) == 21       # 20 convolutions + the classifier
+    x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    name = m.graph.outputs[0].name
+    assert sqnr_db(run_graph(load_onnx(model), {"input": x})[name], m.run(x)[name]) >= 20
+
+
+# -- the command line --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, calib):
+    d = tmp_path_factory.mktemp("cli")
+    (d / "m.onnx").write_bytes(small_resnet().SerializeToString())
+    np.save(d / "calib.npy", calib)
+    np.save(d / "x.npy", np.random.default_rng(8).standard_normal((1, 3, 12, 12)).astype(np.float32))
+    assert main(["compile", str(d / "m.onnx"), "-o", str(d / "m.twm"), "--calib", str(d / "calib.npy")]) == 0
+    return d
+
+
+def test_cli_compile_and_run(files, capsys):
+    capsys.readouterr()
+    assert main(["run", str(files / "m.twm"), "--input", str(files / "x.npy"), "--output", str(files / "y.npy"),
+                 "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "conv2" in out and "accelerator" in out and "total: accelerator" in out
+    y = np.load(files / "y.npy")
+    expected = load_model(files / "m.twm").run(np.load(files / "x.npy"))
+    np.testing.assert_array_equal(y, next(iter(expected.values())))
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "tilewright.cli", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("case", ["truncated onnx", "unsupported op", "wrong shape", "corrupted twm", "wrong dtype",
+                                  "missing input file"])
+def test_cli_bad_inputs_are_one_line_errors(files, case):
+    d = files
+    if case == "truncated onnx":
+        (d / "t.onnx").write_bytes((d / "m.onnx").read_bytes()[:700])
+        r, what = _cli("compile", d / "t.onnx", "-o", d / "t.twm"), "t.onnx"
+    elif case == "unsupported op":
+        (d / "u.onnx").write_bytes(_unsupported().SerializeToString())
+        r, what = _cli("compile", d / "u.onnx", "-o", d / "u.twm"), "Erf"
+    elif case == "wrong shape":
+        np.save(d / "bad.npy", np.zeros((1, 3, 8, 8), np.float32))
+        r, what = _cli("run", d / "m.twm", "--input", d / "bad.npy"), "shape 1×3×8×8"
+    elif case == "corrupted twm":
+        data = bytearray((d / "m.twm").read_bytes())
+        data[len(data) // 2:len(data) // 2 + 100] = bytes(100)
+        (d / "c.twm").write_bytes(bytes(data))
+        r, what = _cli("run", d / "c.twm", "--input", d / "x.npy"), "c.twm"
+    elif case == "wrong dtype":
+        np.save(d / "int.npy", np.zeros((1, 3, 12, 12), np.int8))
+        r, what = _cli("run", d / "m.twm", "--input", d / "int.npy"), "dtype int8"
+    else:
+        r, what = _cli("run", d / "m.twm", "--input", d / "nothing.npy"), "nothing.npy"
+    assert r.returncode == 1, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and what in errors[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_digits_demo_meets_its_targets():
+    from tilewright.digits import run_demo
+    result = run_demo("default", log=lambda line: None)
+    assert result["images"] == 360
+    assert result["int8_accuracy"] >= result["float_accuracy"] - 0.01
+    assert result["float_accuracy"] > 0.9
+    assert result["rtl_matches_fsim"] and result["rtl_cycles"] > 0
