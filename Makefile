@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/rtl_throughput.py --config default
 	$(VENV)/bin/tilewright bench resnet18 --backend rtl --config default --json benchmarks/results/resnet18_rtl.json \
 		--plot benchmarks/results/resnet18_rtl.png --trace benchmarks/results/resnet18_rtl_trace.json
+	$(PY) benchmarks/model_resnet18.py --rtl --json benchmarks/results/resnet18_model.json
 
 fuzz: $(STAMP)
 	$(VENV)/bin/tilewright fuzz --config $(CONFIG) -n $(N) --seed $(SEED)

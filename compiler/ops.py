@@ -7,9 +7,11 @@ weights ``(M/o, K/i, o, i)``, bias ``(O/o, b, o)`` int32 (repeated over the
 batch rows), residual and output like the result, int8. ``b``, ``i``,
 ``o`` are the config's batch, block_in and block_out.
 
-The epilogue computes ``clip(((acc + bias [+ residual]) · mul) >> shift, lo,
-127)`` in the accumulator (``lo`` = 0 with ReLU, else −128): one ALU
-operation per term, in place.
+The epilogue computes ``clip(((acc [· scale] + bias [+ residual]) · mul) >>
+shift, lo, 127)`` in the accumulator (``lo`` = 0 with ReLU, else −128): one
+ALU operation per term, in place (the compiler moves bias, ``mul``, ``shift``
+and the clip into the STORE). ``scale`` is an optional per-output-channel
+int32 multiplier (layout like the bias): per-channel requantization.
 """
 
 import itertools
@@ -41,7 +43,9 @@ class Conv2dSpec:
     mul: int = 1
     shift: int = 0
     relu: bool = False
-    residual_mul: int = 1         # the residual is added as residual · residual_mul (an ALU MUL first)
+    residual_mul: int = 1         # the residual is added as (residual · residual_mul) << residual_shift (ALU)
+    residual_shift: int = 0
+    scale: bool = False           # per-output-channel multiplier of the accumulator (an ALU vector MUL)
 
     @property
     def out_height(self):
@@ -66,6 +70,7 @@ class DenseSpec:
     mul: int = 1
     shift: int = 0
     relu: bool = False
+    scale: bool = False
 
     @property
     def macs(self):
@@ -129,13 +134,20 @@ def conv2d_compute(spec, cfg):
         inputs["bias"] = te.placeholder((OB, c.batch, c.block_out), acc, "bias")
     if spec.residual:
         inputs["residual"] = te.placeholder(shape, f"int{c.out_width}", "residual")
+    if spec.scale:
+        inputs["scale"] = te.placeholder((OB, c.batch, c.block_out), acc, "scale")
 
     scaled = None
-    if spec.residual and spec.residual_mul != 1:   # rescaled to the accumulator's scale, in place on the ALU
-        scaled = te.compute(shape, lambda *i: inputs["residual"][i].astype(acc) * spec.residual_mul,
-                            "residual_scaled", dtype=acc)
+    if spec.residual and (spec.residual_mul != 1 or spec.residual_shift):   # rescaled in place on the ALU
+        def rescale(*i):
+            v = inputs["residual"][i].astype(acc) * spec.residual_mul
+            return v << spec.residual_shift if spec.residual_shift else v
+        scaled = te.compute(shape, rescale, "residual_scaled", dtype=acc)
 
     def epilogue(n, o, y, x, b, oo):
+        v = conv[n, o, y, x, b, oo]
+        if spec.scale:
+            v = v * inputs["scale"][o, b, oo]
         terms = []
         if spec.bias:
             terms.append(inputs["bias"][o, b, oo])
@@ -143,7 +155,7 @@ def conv2d_compute(spec, cfg):
             terms.append(scaled[n, o, y, x, b, oo])
         elif spec.residual:
             terms.append(inputs["residual"][n, o, y, x, b, oo].astype(acc))
-        return _epilogue(conv[n, o, y, x, b, oo], spec, terms)
+        return _epilogue(v, spec, terms)
 
     res = te.compute(shape, epilogue, "epilogue", dtype=acc)
     out = te.compute(shape, lambda n, o, y, x, b, oo: res[n, o, y, x, b, oo].astype(f"int{c.out_width}"),
@@ -159,7 +171,7 @@ def _conv_needs(spec, cfg, t):
     inp = t.in_channels * rows * cols
     wgt = t.out_channels * t.in_channels * KH * KW
     out = t.out_channels * t.rows * t.cols
-    acc = out + (t.out_channels if spec.bias else 0) + (out if spec.residual else 0)
+    acc = out + t.out_channels * (spec.bias + spec.scale) + (out if spec.residual else 0)
     loops = sorted([t.out_channels, t.rows, t.cols, t.in_channels, KH, KW])
     uops = 1
     for n in loops[:-2]:
@@ -233,7 +245,7 @@ def conv2d(spec, config="default", tiles=None):
     data_l = s.cache_read(padded, "inp", [conv])
     weight_l = s.cache_read(inputs["weight"], "wgt", [conv])
     extra = [s.cache_read(inputs[n], "acc", [scaled if n == "residual" and scaled is not None else res])
-             for n in ("bias", "residual") if n in inputs]
+             for n in ("bias", "residual", "scale") if n in inputs]
     if scaled is not None:
         s[scaled].set_scope("acc")
 
@@ -287,10 +299,14 @@ def dense_compute(spec, cfg):
     prod = te.compute(shape, lambda n, m, b, oo: te.sum(
         data[n, k, b, ii].astype(acc) * weight[m, k, oo, ii].astype(acc), [k, ii]), "dense", dtype=acc)
     inputs = {"data": data, "weight": weight}
-    if spec.bias:
-        inputs["bias"] = te.placeholder((MB, c.batch, c.block_out), acc, "bias")
-    res = te.compute(shape, lambda n, m, b, oo: _epilogue(
-        prod[n, m, b, oo], spec, [inputs["bias"][m, b, oo]] if spec.bias else []), "epilogue", dtype=acc)
+    for name in ("bias", "scale"):
+        if getattr(spec, name):
+            inputs[name] = te.placeholder((MB, c.batch, c.block_out), acc, name)
+
+    def epilogue(n, m, b, oo):
+        v = prod[n, m, b, oo] * inputs["scale"][m, b, oo] if spec.scale else prod[n, m, b, oo]
+        return _epilogue(v, spec, [inputs["bias"][m, b, oo]] if spec.bias else [])
+    res = te.compute(shape, epilogue, "epilogue", dtype=acc)
     out = te.compute(shape, lambda n, m, b, oo: res[n, m, b, oo].astype(f"int{c.out_width}"), "out",
                      dtype=f"int{c.out_width}")
     return inputs, out, (prod, res)
@@ -305,7 +321,7 @@ def dense_tiles(spec, cfg, threads=None):
             if T > 1 and (MB // tm) % T and (NB // tn) % T:
                 continue
             inp, wgt = tn * tk * T, tm * tk * T
-            acc = (tn * tm + (tm if spec.bias else 0)) * T
+            acc = (tn * tm + tm * (spec.bias + spec.scale)) * T
             if inp > c.inp_depth or wgt > c.wgt_depth or acc > c.acc_depth or tk > min(1024, c.uop_depth // 2):
                 continue
             traffic = (NB // tn) * (MB // tm) * (tn * KB * c.elem_bytes("inp") + tm * KB * c.elem_bytes("wgt"))
@@ -332,7 +348,7 @@ def dense(spec, config="default", tiles=None):
     s[res].set_scope("acc")
     data_l = s.cache_read(inputs["data"], "inp", [prod])
     weight_l = s.cache_read(inputs["weight"], "wgt", [prod])
-    extra = [s.cache_read(inputs["bias"], "acc", [res])] if spec.bias else []
+    extra = [s.cache_read(inputs[n], "acc", [res]) for n in ("bias", "scale") if n in inputs]
     n, m, b, oo = s[out].op.axes
     n_o, n_i = s[out].split(n, t.batch)
     m_o, m_i = s[out].split(m, t.out_features)

@@ -53,6 +53,19 @@ def _check_epilogue(mul, shift):
         raise OperatorError(f"shift={shift!r} must be an integer in [0, 63]")
 
 
+def _channel_vectors(cfg, channels, what, **vectors):
+    """Per-output-channel int32 vectors (bias, scale) checked and packed like the bias."""
+    packed = {}
+    for name, v in vectors.items():
+        if v is None:
+            continue
+        v = _int_array(v, name, "int32", 1)
+        if v.size != channels:
+            raise OperatorError(f"{name} has {v.size} values for {channels} {what}")
+        packed[name] = pack_bias(v, cfg.batch, cfg.block_out)
+    return packed
+
+
 @functools.lru_cache(maxsize=64)
 def compile_conv2d(spec, config):
     """The :class:`Program` of a packed conv2d (cached per spec and config)."""
@@ -67,10 +80,11 @@ def compile_dense(spec, config):
 
 
 def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
-           residual_mul=1, config="default", backend="fsim"):
+           residual_mul=1, residual_shift=0, scale=None, config="default", backend="fsim"):
     """int8 NCHW ``data`` ⊛ int8 OIHW ``weight`` (+ int32 ``bias``) with the requantizing epilogue.
 
-    ``residual`` (int8, the output's shape) is added as ``residual · residual_mul``.
+    ``residual`` (int8, the output's shape) is added as ``(residual · residual_mul) << residual_shift``;
+    ``scale`` (int32, one per output channel) multiplies the accumulator before bias and residual.
 
     Returns ``(output, stats)``: int8 ``N×O×OH×OW`` and the backend's counters.
     """
@@ -87,21 +101,20 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
         raise OperatorError(f"stride must be ≥ 1 and padding ≥ 0 integers, got {stride!r}, {padding!r}")
     stride, padding = int(stride), int(padding)
     _check_epilogue(mul, shift)
-    _check_epilogue(residual_mul, 0)
+    _check_epilogue(residual_mul, residual_shift)
+    if residual_shift >= 32:
+        raise OperatorError(f"residual_shift={residual_shift} must be below 32")
     OH, OW = (H + 2 * padding - KH) // stride + 1, (W + 2 * padding - KW) // stride + 1
     if OH < 1 or OW < 1:
         raise OperatorError(f"a {KH}x{KW} kernel does not fit a {H}x{W} input padded by {padding}")
     spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
                       (KH, KW), stride, padding, bias=bias is not None, residual=residual is not None,
                       mul=int(mul), shift=int(shift), relu=bool(relu),
-                      residual_mul=int(residual_mul) if residual is not None else 1)
+                      residual_mul=int(residual_mul) if residual is not None else 1,
+                      residual_shift=int(residual_shift) if residual is not None else 0, scale=scale is not None)
     tensors = {"data": pack_nchw(data, cfg.batch, cfg.block_in),
                "weight": pack_oihw(weight, cfg.block_out, cfg.block_in)}
-    if bias is not None:
-        bias = _int_array(bias, "bias", "int32", 1)
-        if bias.size != O:
-            raise OperatorError(f"bias has {bias.size} values for {O} output channels")
-        tensors["bias"] = pack_bias(bias, cfg.batch, cfg.block_out)
+    tensors |= _channel_vectors(cfg, O, "output channels", bias=bias, scale=scale)
     if residual is not None:
         residual = _int_array(residual, "residual", "int8", 4)
         if residual.shape != (N, O, OH, OW):
@@ -112,8 +125,11 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
     return unpack_nchw(outputs["out"], N, O), stats
 
 
-def dense(data, weight, bias=None, *, mul=1, shift=0, relu=False, config="default", backend="fsim"):
-    """int8 ``data`` (N×K) · int8 ``weight`` (M×K)ᵀ (+ int32 ``bias``) with the requantizing epilogue."""
+def dense(data, weight, bias=None, *, mul=1, shift=0, relu=False, scale=None, config="default", backend="fsim"):
+    """int8 ``data`` (N×K) · int8 ``weight`` (M×K)ᵀ (+ int32 ``bias``) with the requantizing epilogue.
+
+    ``scale`` (int32, one per output) multiplies the accumulator before the bias.
+    """
     cfg = load_config(config)
     data = _int_array(data, "data", "int8", 2)
     weight = _int_array(weight, "weight", "int8", 2)
@@ -124,14 +140,10 @@ def dense(data, weight, bias=None, *, mul=1, shift=0, relu=False, config="defaul
         raise OperatorError(f"weight has {K2} input features, data has {K}")
     _check_epilogue(mul, shift)
     spec = DenseSpec(round_up(N, cfg.batch), round_up(K, cfg.block_in), round_up(M, cfg.block_out),
-                     bias=bias is not None, mul=int(mul), shift=int(shift), relu=bool(relu))
+                     bias=bias is not None, mul=int(mul), shift=int(shift), relu=bool(relu), scale=scale is not None)
     tensors = {"data": pack_rows(data, cfg.batch, cfg.block_in),
                "weight": pack_rows(weight, cfg.block_out, cfg.block_in)}
-    if bias is not None:
-        bias = _int_array(bias, "bias", "int32", 1)
-        if bias.size != M:
-            raise OperatorError(f"bias has {bias.size} values for {M} outputs")
-        tensors["bias"] = pack_bias(bias, cfg.batch, cfg.block_out)
+    tensors |= _channel_vectors(cfg, M, "outputs", bias=bias, scale=scale)
     program = compile_dense(spec, cfg)
     outputs, stats = get_device(backend, cfg).run_program(program, tensors)
     return unpack_rows(outputs["out"], N, M), stats

@@ -22,7 +22,6 @@ file (a zip: a JSON header with the config, graph and placement; programs,
 packed weights and host constants as arrays).
 """
 
-import io
 import json
 import time
 import zipfile
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from tilewright.compiler.graph import HOST_OPS, Graph, ModelError, Node, TensorInfo, load_onnx, run_graph, run_node
-from tilewright.compiler.graph.passes import remove_unused_constants, simplify
+from tilewright.compiler.graph.passes import remove_unused_constants, simplify, unfold_narrow_convs
 from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_report, quantize
 from tilewright.compiler.ops import Conv2dSpec, DenseSpec
 from tilewright.compiler.program import Program, ProgramError
@@ -58,7 +57,7 @@ class Step:
     where: str                            # "accelerator" or "host"
     why: str = ""                         # for host nodes that look like layers: why not the accelerator
     program: Program | None = None
-    packed: dict = field(default_factory=dict)   # weight/bias in the accelerator's layout
+    packed: dict = field(default_factory=dict)   # weight, bias, scale in the accelerator's layouts
     out_channels: int = 0
     macs: int = 0
 
@@ -118,6 +117,8 @@ class CompiledModel:
         they run in chunks of the compiled batch.
         """
         feeds, count = self._inputs(inputs)
+        if count == 0:
+            raise ModelError("the inputs hold no samples (batch dimension 0)")
         device = get_device(backend, self.config)
         rows = {s.name: dict(node=s.name, op=s.node.op, where=s.where, seconds=0.0, cycles=None, macs=s.macs)
                 for s in self.steps}
@@ -139,7 +140,8 @@ class CompiledModel:
         for step in self.steps:
             start = time.perf_counter()
             if step.where == "accelerator":      # weights and bias are packed in the step
-                values = [env[i] if i and k in (0, 3) else None for k, i in enumerate(step.node.inputs)]
+                activations = (0, 3) if step.node.op == "QConv" else (0,)      # data, residual
+                values = [env[i] if i and k in activations else None for k, i in enumerate(step.node.inputs)]
                 outs, stats = self._run_on_accelerator(step, values, device)
                 if "cycles" in stats:
                     rows[step.name]["cycles"] = (rows[step.name]["cycles"] or 0) + stats["cycles"]
@@ -315,41 +317,48 @@ def _check_supported(graph):
 def _accelerator_step(node, shapes, consts, cfg):
     """A compiled accelerator step for QConv/QDense ``node``."""
     x_shape, w = shapes[node.inputs[0]], consts[node.inputs[1]]
-    bias = consts[node.inputs[2]]
-    a = node.attrs
+    a, inputs = node.attrs, node.inputs + [""] * (5 - len(node.inputs))
+    O = w.shape[0]
+    scale_input = inputs[4 if node.op == "QConv" else 3]        # QConv: x, w, b, residual, scale
+    scale = consts[scale_input] if scale_input else None
+    epilogue = dict(bias=True, mul=a["mul"], shift=a["shift"], relu=bool(a["relu"]), scale=scale is not None)
     if node.op == "QConv":
         N, C, H, W = x_shape
-        O = w.shape[0]
-        residual = len(node.inputs) > 3 and bool(node.inputs[3])
+        residual = bool(inputs[3])
         spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
-                          tuple(w.shape[2:]), a["stride"], a["padding"], bias=True, residual=residual,
-                          mul=a["mul"], shift=a["shift"], relu=bool(a["relu"]),
-                          residual_mul=a.get("residual_mul", 1) if residual else 1)
+                          tuple(w.shape[2:]), a["stride"], a["padding"], residual=residual,
+                          residual_mul=a.get("residual_mul", 1) if residual else 1,
+                          residual_shift=a.get("residual_shift", 0) if residual else 0, **epilogue)
         packed = {"weight": pack_oihw(w, cfg.block_out, cfg.block_in)}
         program = compile_conv2d(spec, cfg)
         macs = N * O * C * spec.out_height * spec.out_width * w.shape[2] * w.shape[3]
     else:
         N, K = x_shape
-        O = w.shape[0]
-        spec = DenseSpec(round_up(N, cfg.batch), round_up(K, cfg.block_in), round_up(O, cfg.block_out), bias=True,
-                         mul=a["mul"], shift=a["shift"], relu=bool(a["relu"]))
+        spec = DenseSpec(round_up(N, cfg.batch), round_up(K, cfg.block_in), round_up(O, cfg.block_out), **epilogue)
         packed = {"weight": pack_rows(w, cfg.block_out, cfg.block_in)}
         program = compile_dense(spec, cfg)
         macs = N * K * O
-    packed["bias"] = pack_bias(bias, cfg.batch, cfg.block_out)
+    packed["bias"] = pack_bias(consts[node.inputs[2]], cfg.batch, cfg.block_out)
+    if scale is not None:
+        packed["scale"] = pack_bias(scale, cfg.batch, cfg.block_out)
     return Step(node, "accelerator", "", program, packed, O, macs)
 
 
 def compile_model(model, config="default", *, calibration=None, method="max", percentile=99.99, batch=None,
-                  on_host=(), log=None, progress=False):
+                  per_channel=True, unfold=True, on_host=(), log=None, progress=False):
     """Import, quantize, partition and compile ``model``; returns a :class:`CompiledModel`.
 
     ``calibration``: sample inputs for int8 calibration, an array ``N × …`` for
     a one-input model or a dict of them by input name (needed only when the
     model has float layers; random normal inputs are used, with a warning,
     when none are given). ``batch`` fixes a dynamic batch dimension
-    (default 1). ``on_host`` names layers to keep on the host (run there
-    with the accelerator's integer arithmetic). ``log`` receives progress
+    (default 1). ``per_channel``: one weight scale per output channel (else
+    one per layer: no per-channel ALU multiply, a little faster, less
+    accurate). ``unfold``: layers with fewer input channels than a block
+    (a first conv on RGB) run as im2col on the host + a 1×1 conv, instead of
+    padding the channels (see ``unfold_narrow_convs``). ``on_host`` names
+    layers to keep on the host (run there with the accelerator's integer
+    arithmetic). ``log`` receives progress
     lines (the partition table is printed through it before compiling).
     """
     log = log or (lambda line: None)
@@ -364,16 +373,18 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
         feeds = _calibration_feeds(graph, calibration, shapes, dynamic, log)
         log(f"calibrating ({method}) on {sum(len(next(iter(f.values()))) for f in feeds)} sample(s)")
         ranges = calibrate(graph, feeds, method=method, percentile=percentile)
-        quantized, layers = quantize(graph, ranges, with_layers=True)
+        quantized, layers = quantize(graph, ranges, with_layers=True, per_channel=per_channel)
         quantized = remove_unused_constants(quantized)
         one = {k: v[:1] if dynamic else v for k, v in feeds[0].items()}
-        meta["method"] = method
+        meta["method"], meta["per_channel"] = method, per_channel
         meta["layers"] = [dict(name=layer.name, mul=layer.mul, shift=layer.shift, sqnr_db=round(db, 2),
                                input_scale=layer.input_scale, weight_scale=layer.weight_scale,
                                output_scale=layer.output_scale)
                           for layer, db in layer_report(graph, quantized, layers, one)]
     else:
         quantized = graph
+    if unfold:
+        quantized = unfold_narrow_convs(quantized, cfg.block_in)
     zeros = {i.name: np.zeros(shapes[i.name], i.dtype) for i in quantized.inputs}
     _, env = run_graph(quantized, zeros, keep=True)
     tensor_shapes = {k: np.shape(v) for k, v in env.items()}
@@ -387,6 +398,9 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
             plan.append((node, "accelerator", ""))
         elif node.op in ACCELERATOR_OPS:
             plan.append((node, "host", "asked for the host"))
+        elif node.op == "Im2Col":
+            plan.append((node, "host", f"gathers {node.attr('kernel')[0]}x{node.attr('kernel')[1]} windows into "
+                                       f"{node.attr('channels')} channels for {node.attr('layer')}"))
         else:
             plan.append((node, "host", host_reason(node) if node.op in ("TwConv", "TwDense") else ""))
     preview = CompiledModel(quantized, cfg, [Step(n, w, why) for n, w, why in plan], batch=1, dynamic_batch=False)

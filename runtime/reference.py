@@ -1,7 +1,7 @@
 """Plain numpy references of the operators, for self-checks in benchmarks and demos.
 
-``clip(((acc + bias [+ residual]) · mul) >> shift, lo, 127)`` with int32
-wrap-around after the sum and after the product, an arithmetic shift, and
+``clip(((acc [· scale] + bias [+ (residual · residual_mul) << residual_shift]) · mul) >> shift, lo, 127)``
+with int32 wrap-around after every sum and product, an arithmetic shift, and
 ``lo`` = 0 with ReLU else −128. (The test suite has its own, separate
 reference in ``tests/compiler/reference.py``.)
 """
@@ -21,7 +21,7 @@ def requantize(acc, mul, shift, relu):
 
 
 def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
-                     residual_mul=1):
+                     residual_mul=1, residual_shift=0, scale=None):
     x = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     O, _, KH, KW = weight.shape
     OH = (x.shape[2] - KH) // stride + 1
@@ -31,15 +31,19 @@ def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shi
         for kw in range(KW):
             patch = x[:, :, kh:kh + stride * (OH - 1) + 1:stride, kw:kw + stride * (OW - 1) + 1:stride]
             acc += np.einsum("nchw,oc->nohw", patch, weight[:, :, kh, kw].astype(np.int64), optimize=True)
+    if scale is not None:
+        acc = _wrap32(_wrap32(acc) * scale.astype(np.int64)[None, :, None, None])
     if bias is not None:
         acc += bias.astype(np.int64)[None, :, None, None]
     if residual is not None:
-        acc += _wrap32(residual.astype(np.int64) * residual_mul)
+        acc += _wrap32(_wrap32(residual.astype(np.int64) * residual_mul) << residual_shift)
     return requantize(acc, mul, shift, relu)
 
 
-def dense_reference(data, weight, bias=None, *, mul=1, shift=0, relu=False):
+def dense_reference(data, weight, bias=None, *, mul=1, shift=0, relu=False, scale=None):
     acc = data.astype(np.int64) @ weight.astype(np.int64).T
+    if scale is not None:
+        acc = _wrap32(_wrap32(acc) * scale.astype(np.int64)[None, :])
     if bias is not None:
         acc += bias.astype(np.int64)[None, :]
     return requantize(acc, mul, shift, relu)

@@ -196,7 +196,7 @@ def cmd_compile(args):
     print(f"compiling {args.model} for config {cfg.name} ({cfg.tag})", flush=True)
     try:
         model = compile_model(Path(args.model), cfg, calibration=calibration, method=args.method, batch=args.batch,
-                              on_host=args.host or (), log=lambda line: print(line, flush=True), progress=True)
+                              per_channel=args.weights == "per-channel", on_host=args.host or (), log=lambda line: print(line, flush=True), progress=True)
         layers = model.meta.get("layers", [])
         if layers:
             print("quantization error per layer (SQNR against the float model, first calibration sample):")
@@ -368,6 +368,8 @@ def _parser():
     sp.add_argument("-o", "--output", required=True, help="compiled model file (.twm)")
     sp.add_argument("--calib", help="calibration samples: .npy (N × input shape) or .npz by input name")
     sp.add_argument("--method", choices=["max", "percentile"], default="max", help="calibration method")
+    sp.add_argument("--weights", choices=["per-channel", "per-tensor"], default="per-channel",
+                    help="int8 weight scales: one per output channel (default) or one per layer")
     sp.add_argument("--batch", type=int, help="batch size to compile a dynamic batch dimension for (default 1)")
     sp.add_argument("--host", action="append", metavar="NODE", help="keep this layer on the host (repeatable)")
     sp.set_defaults(func=cmd_compile)

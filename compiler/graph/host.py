@@ -159,10 +159,15 @@ def _qlinear_conv(node, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp=None, 
     acc = _conv_integer(node, x, w, x_zp, w_zp)[0].astype(np.int64)
     if b is not None:
         acc = acc + b.astype(np.int64).reshape((1, -1) + (1,) * (acc.ndim - 2))
-    ws = np.asarray(w_scale, dtype=np.float64)
+    ws = np.asarray(w_scale)
     ws = ws.reshape((1, -1) + (1,) * (acc.ndim - 2)) if ws.size > 1 else ws.reshape(())
-    real = np.float64(x_scale) * ws / np.float64(y_scale)
-    return [_requantize_float(acc.astype(np.float64), real, y_zp)]
+    return [_requantize_float(acc.astype(np.float64), _real_scale(x_scale, ws, y_scale), y_zp)]
+
+
+def _real_scale(a_scale, b_scale, y_scale):
+    """``a · b / y`` in the scales' own precision (float32 models round it there, as onnx.reference and
+    ONNX Runtime do; computing it in float64 moves ties by one step)."""
+    return (np.asarray(a_scale) * np.asarray(b_scale) / np.asarray(y_scale)).astype(np.float64)
 
 
 def _matmul_integer(node, a, b, a_zp=None, b_zp=None):
@@ -173,8 +178,7 @@ def _matmul_integer(node, a, b, a_zp=None, b_zp=None):
 
 def _qlinear_matmul(node, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp=None):
     acc = np.matmul(a.astype(np.int64) - _zp(a_zp), b.astype(np.int64) - _zp(b_zp)).astype(np.float64)
-    real = np.float64(a_scale) * np.asarray(b_scale, dtype=np.float64) / np.float64(y_scale)
-    return [_requantize_float(acc, real, y_zp)]
+    return [_requantize_float(acc, _real_scale(a_scale, b_scale, y_scale), y_zp)]
 
 
 def _gemm(node, a, b, c=None):
@@ -300,20 +304,35 @@ def _requantize_int(acc, node):
     return np.clip(v, 0 if node.attr("relu") else -128, 127).astype(np.int8)
 
 
-def _qconv(node, x, w, b, r=None):
+def _qconv(node, x, w, b, r=None, scale=None):
     """QConv (graph.quantize) exactly as the accelerator computes it."""
     p = node.attr("padding")
-    acc = conv_nchw(x.astype(np.int64), w.astype(np.int64), strides=[node.attr("stride")] * 2,
-                    pads_begin=[p, p], pads_end=[p, p], dtype=np.int64)
+    acc = _wrap32(conv_nchw(x.astype(np.int64), w.astype(np.int64), strides=[node.attr("stride")] * 2,
+                            pads_begin=[p, p], pads_end=[p, p], dtype=np.int64))
+    if scale is not None:
+        acc = _wrap32(acc * scale.astype(np.int64).reshape(1, -1, 1, 1))
     acc = _wrap32(acc + b.astype(np.int64).reshape(1, -1, 1, 1))
     if r is not None:
-        acc = _wrap32(acc + _wrap32(r.astype(np.int64) * node.attr("residual_mul")))
+        rescaled = _wrap32(_wrap32(r.astype(np.int64) * node.attr("residual_mul")) << node.attr("residual_shift", 0))
+        acc = _wrap32(acc + rescaled)
     return [_requantize_int(acc, node)]
 
 
-def _qdense(node, x, w, b):
-    acc = _wrap32(x.astype(np.int64) @ w.astype(np.int64).T + b.astype(np.int64))
-    return [_requantize_int(acc, node)]
+def _qdense(node, x, w, b, scale=None):
+    acc = _wrap32(x.astype(np.int64) @ w.astype(np.int64).T)
+    if scale is not None:
+        acc = _wrap32(acc * scale.astype(np.int64))
+    return [_requantize_int(_wrap32(acc + b.astype(np.int64)), node)]
+
+
+def _im2col(node, x):
+    """Im2Col (graph.passes.unfold_narrow_convs): each k×k window of the zero-padded input as channels
+    ``(c, kh, kw)`` — int8 data moved, not changed."""
+    p, stride, kernel = node.attr("padding"), node.attr("stride"), node.attr("kernel")
+    padded = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+    windows = _windows(padded, kernel, [stride, stride], [1, 1])        # N, C, OH, OW, KH, KW
+    n, c, oh, ow = windows.shape[:4]
+    return [np.ascontiguousarray(windows.transpose(0, 1, 4, 5, 2, 3)).reshape(n, -1, oh, ow)]
 
 
 HOST_OPS = {
@@ -345,6 +364,7 @@ HOST_OPS = {
     # ... and quantized (graph.quantize), bit-exact with the accelerator
     "QConv": _qconv,
     "QDense": _qdense,
+    "Im2Col": _im2col,
 }
 
 

@@ -13,7 +13,8 @@ import numpy as np
 from .host import run_node
 from .ir import Node
 
-__all__ = ["simplify", "fold_constants", "remove_identities", "fold_batch_norm", "remove_dead", "fuse"]
+__all__ = ["simplify", "fold_constants", "remove_identities", "fold_batch_norm", "remove_dead", "fuse",
+           "unfold_narrow_convs"]
 
 
 def simplify(graph):
@@ -210,3 +211,36 @@ def _clip_bounds(node, constants):
     lo = float(constants[lo]) if lo else node.attr("min", float("-inf"))
     hi = float(constants[hi]) if hi else node.attr("max", float("inf"))
     return {"act": "clip", "clip_min": lo, "clip_max": hi}
+
+
+# -- quantized graphs --------------------------------------------------------------------------
+
+def unfold_narrow_convs(graph, block_in):
+    """QConv layers with fewer input channels than a block (a network's first layer, on 3-channel images)
+    become ``Im2Col`` on the host + a 1×1 QConv when that needs fewer GEMM blocks.
+
+    Padding 3 channels to a block of 16 wastes 13/16 of every GEMM of a 7×7
+    kernel: 49 block products per output pixel. Gathering each window into
+    3·7·7 = 147 channels (10 blocks) makes the same sums in 10 — bit for bit
+    the same result, since only int8 data is moved. ``Im2Col`` is a host node
+    (a strided copy); the weights are reshaped to ``O × (C·KH·KW) × 1 × 1``.
+    """
+    constants, nodes = dict(graph.constants), []
+    for n in graph.nodes:
+        w = constants.get(n.inputs[1]) if n.op == "QConv" else None
+        if w is None:
+            nodes.append(n)
+            continue
+        O, C, KH, KW = w.shape
+        blocks = -(-C // block_in) * KH * KW
+        if C >= block_in or KH * KW == 1 or -(-C * KH * KW // block_in) >= blocks:
+            nodes.append(n)
+            continue
+        cols, wname = f"{n.name}/im2col", f"{n.name}/wq_unfolded"
+        nodes.append(Node("Im2Col", [n.inputs[0]], [cols],
+                          dict(kernel=[KH, KW], stride=n.attr("stride"), padding=n.attr("padding"),
+                               layer=n.name, channels=C * KH * KW), cols))
+        constants[wname] = np.ascontiguousarray(w.reshape(O, C * KH * KW, 1, 1))
+        nodes.append(Node("QConv", [cols, wname] + n.inputs[2:], n.outputs,
+                          {**n.attrs, "stride": 1, "padding": 0, "kernel": [1, 1]}, n.name))
+    return remove_unused_constants(graph.replace(nodes=nodes, constants=constants))

@@ -5,12 +5,17 @@ tensor's range (``max`` of |x|, or a ``percentile`` of |x|). ``quantize``
 then rewrites it:
 
 * every TwConv / TwDense the accelerator can run becomes ``QConv`` /
-  ``QDense``: symmetric int8 activations (scale = range / 127), int8 weights
-  (symmetric; one scale per layer, because the STORE's multiplier is one per
-  instruction), int32 bias at the accumulator's scale, and the integer
-  requantization ``clip(((acc + bias + residual·k) · mul) >> shift)`` with
-  ``mul``/``shift`` chosen per layer for the least error that cannot overflow
-  the 32-bit product on the calibrated accumulators (with a margin);
+  ``QDense``: symmetric int8 activations (scale = range / 127), symmetric
+  int8 weights, int32 bias, and integer requantization. With per-channel
+  weights (the default) each output channel has its own weight scale; the
+  accumulator is multiplied by a per-channel int32 ``scale`` to a common
+  fixed point of ``2**-shift`` output steps, where the bias and the residual
+  (``(r · residual_mul) << residual_shift``) join it, and the STORE shifts
+  and clips: ``clip((acc · scale[c] + bias + residual·k) >> shift)``. With
+  per-tensor weights the STORE's scalar multiplier does the rescale:
+  ``clip(((acc + bias + residual·k) · mul) >> shift)``. Either way the
+  shift is the largest that cannot overflow 32 bits on the calibrated
+  pre-activation ranges (with a margin), for the most precise multipliers;
 * int8 tensors flow between them; MaxPool, Flatten, Reshape and Relu work on
   int8 directly, every other host operator gets ``DequantizeLinear`` /
   ``QuantizeLinear`` around it, and graph outputs are dequantized.
@@ -36,6 +41,7 @@ INT8_EXACT_OPS = {"MaxPool", "Flatten", "Reshape", "Relu"}
 #: Calibrated accumulator magnitudes are multiplied by this before they bound ``mul``.
 OVERFLOW_MARGIN = 4.0
 MUL_MAX = (1 << 15) - 1
+SHIFT_MAX = 31
 
 
 def _feeds(graph, samples):
@@ -112,16 +118,51 @@ class QuantLayer:
     name: str
     op: str
     input_scale: float
-    weight_scale: float
+    weight_scale: float            # the largest, with per-channel weights
     output_scale: float
-    mul: int
+    mul: int                       # 1 with per-channel weights: the multipliers are in the scale vector
     shift: int
     residual_mul: int = 0
+    residual_shift: int = 0
+    per_channel: bool = False
+    multiplier_error: float = 0.0  # worst relative error of the integer rescale(s)
 
-    @property
-    def multiplier_error(self):
-        exact = self.input_scale * self.weight_scale / self.output_scale
-        return abs(self.mul / 2 ** self.shift - exact) / exact
+
+def _requant_per_tensor(w, s_x, s_y, b, acc_peak, s_r):
+    """int8 weights with one scale, and the scalar requantizer; see :func:`quantize`."""
+    s_w = max(float(np.abs(w).max()), 1e-8) / 127.0
+    acc_scale = s_x * s_w
+    wq = np.clip(np.rint(w / s_w), -127, 127).astype(np.int8)
+    mul, shift = choose_requant(acc_scale / s_y, OVERFLOW_MARGIN * acc_peak / acc_scale)
+    # round to nearest: the arithmetic shift floors, so add half an output step first
+    half = round(2 ** (shift - 1) / mul) if shift else 0
+    bq = np.rint(b / acc_scale) + half
+    attrs = dict(mul=mul, shift=shift)
+    if s_r is not None:
+        attrs["residual_mul"] = max(1, min(MUL_MAX, round(s_r / acc_scale)))
+    exact = acc_scale / s_y
+    return wq, bq, None, attrs, s_w, abs(mul / 2 ** shift - exact) / exact
+
+
+def _requant_per_channel(w, s_x, s_y, b, acc_peak, s_r):
+    """int8 weights with one scale per output channel: each channel's accumulator is multiplied by its own
+    ``scale`` (an int32 vector) to the common fixed point ``2**-shift`` output steps, where bias and
+    residual join it."""
+    s_w = np.maximum(np.abs(w).reshape(len(w), -1).max(axis=1), 1e-8) / 127.0
+    wq = np.clip(np.rint(w / s_w.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
+    # the largest shift that keeps the calibrated sum (in output steps · 2**shift) inside int32
+    steps = OVERFLOW_MARGIN * acc_peak / s_y
+    shift = int(min(SHIFT_MAX, max(0, math.floor(math.log2((2 ** 31 - 1) / max(steps, 1.0))))))
+    exact = s_x * s_w / s_y * 2 ** shift
+    scale = np.clip(np.rint(exact), 0, 2 ** 31 - 1)
+    bq = np.rint(b / s_y * 2 ** shift) + (2 ** (shift - 1) if shift else 0)
+    attrs = dict(mul=1, shift=shift)
+    if s_r is not None:
+        k = s_r / s_y * 2 ** shift
+        k_shift = max(0, math.ceil(math.log2(k / MUL_MAX))) if k > MUL_MAX else 0
+        attrs |= dict(residual_mul=max(1, round(k / 2 ** k_shift)), residual_shift=k_shift)
+    error = float(np.max(np.abs(scale - exact) / np.maximum(exact, 1e-30))) if len(exact) else 0.0
+    return wq, bq, scale.astype(np.int32), attrs, float(s_w.max()), error
 
 
 def host_reason(node):
@@ -159,8 +200,14 @@ def _relu(node):
     return node.attr("act") == "relu" or node.attr("act") == "clip" and node.attr("clip_min") == 0.0
 
 
-def quantize(graph, ranges, *, with_layers=False):
-    """The quantized graph (and, with ``with_layers``, the :class:`QuantLayer` choices)."""
+def quantize(graph, ranges, *, with_layers=False, per_channel=True):
+    """The quantized graph (and, with ``with_layers``, the :class:`QuantLayer` choices).
+
+    ``per_channel``: one weight scale per output channel (the accelerator
+    then multiplies each channel's accumulator by its own int32 factor, one
+    ALU operation per output element); otherwise one scale per layer and
+    the scalar multiplier of the STORE.
+    """
     scale = {}                     # int8 tensor -> scale
     constants = dict(graph.constants)
     nodes, layers = [], []
@@ -202,36 +249,35 @@ def quantize(graph, ranges, *, with_layers=False):
         if node.op == "TwDense" or conv is not None:
             x = as_int8(inputs[0])
             w = constants[inputs[1]].astype(np.float64)
-            s_x, s_w = scale[x], max(float(np.abs(w).max()), 1e-8) / 127.0
             out = node.outputs[0]
-            s_y = tensor_scale(out)
+            s_x, s_y = scale[x], tensor_scale(out)
             if node.attr("act") == "clip" and np.isfinite(node.attr("clip_max")):
                 s_y = min(s_y, node.attr("clip_max") / 127.0)
-            acc_scale = s_x * s_w
-            wq = np.clip(np.rint(w / s_w), -127, 127).astype(np.int8)
             b = constants[inputs[2]] if inputs[2] else np.zeros(w.shape[0])
-            mul, shift = choose_requant(acc_scale / s_y, OVERFLOW_MARGIN * acc_peaks[node.name] / acc_scale)
-            # round to nearest: the arithmetic shift floors, so add half an output step first
-            half = round(2 ** (shift - 1) / mul) if shift else 0
-            bq = np.clip(np.rint(b / acc_scale) + half, -2 ** 31, 2 ** 31 - 1).astype(np.int32)
-            wname, bname = f"{node.name}/wq", f"{node.name}/bq"
-            constants[wname], constants[bname] = wq, bq
-            attrs = dict(mul=mul, shift=shift, relu=_relu(node), input_scale=s_x, weight_scale=s_w,
-                         output_scale=s_y)
-            q_inputs = [x, wname, bname]
-            residual_mul = 0
+            r = as_int8(inputs[3]) if conv is not None and len(inputs) > 3 and inputs[3] else None
+            requant = _requant_per_channel if per_channel else _requant_per_tensor
+            wq, bq, channel_scale, attrs, s_w, error = requant(w, s_x, s_y, b, acc_peaks[node.name],
+                                                                scale[r] if r else None)
+            names = {k: f"{node.name}/{k}" for k in ("wq", "bq", "scale")}
+            constants[names["wq"]] = wq
+            constants[names["bq"]] = np.clip(bq, -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+            attrs |= dict(relu=_relu(node), input_scale=s_x, weight_scale=s_w, output_scale=s_y)
+            q_inputs = [x, names["wq"], names["bq"]]
             if conv is not None:
                 attrs |= dict(conv, kernel=list(wq.shape[2:]))
-                if len(inputs) > 3 and inputs[3]:
-                    r = as_int8(inputs[3])
-                    residual_mul = max(1, min(MUL_MAX, round(scale[r] / acc_scale)))
-                    attrs["residual_mul"] = residual_mul
-                    q_inputs.append(r)
+                q_inputs.append(r or "")
+            if channel_scale is not None:
+                constants[names["scale"]] = channel_scale
+                q_inputs.append(names["scale"])
+            while not q_inputs[-1]:
+                q_inputs.pop()
             q = f"{out}/q"
             nodes.append(Node("QConv" if conv is not None else "QDense", q_inputs, [q], attrs, node.name))
             scale[q] = s_y
             renamed[out] = q
-            layers.append(QuantLayer(node.name, node.op, s_x, s_w, s_y, mul, shift, residual_mul))
+            layers.append(QuantLayer(node.name, node.op, s_x, s_w, s_y, attrs["mul"], attrs["shift"],
+                                     attrs.get("residual_mul", 0), attrs.get("residual_shift", 0),
+                                     channel_scale is not None, error))
         elif node.op in INT8_EXACT_OPS and inputs[0] in scale:
             q = f"{node.outputs[0]}/q"
             nodes.append(Node(node.op, [inputs[0]] + inputs[1:], [q], node.attrs, node.name))

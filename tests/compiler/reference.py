@@ -1,6 +1,6 @@
 """Independent numpy references for the int8 operators (no tilewright code).
 
-The epilogue is ``clip(((acc + bias [+ residual]) * mul) >> shift, lo, 127)``
+The epilogue is ``clip(((acc [* scale] + bias [+ (residual * rmul) << rshift]) * mul) >> shift, lo, 127)``
 evaluated in int32 two's complement: the sum and the product each wrap to
 int32, the shift is arithmetic, ``lo`` is 0 with ReLU and -128 otherwise.
 Everything is computed in int64 and wrapped explicitly.
@@ -25,7 +25,7 @@ def requantize(v, mul, shift, relu):
 
 
 def conv2d_ref(data, weight, bias=None, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
-               residual_mul=1):
+               residual_mul=1, residual_shift=0, scale=None):
     """int8 NCHW data, int8 OIHW weight, int32 bias (O,), int8 residual (N, O, OH, OW) → int8 output."""
     x = np.asarray(data).astype(np.int64)
     w = np.asarray(weight).astype(np.int64)
@@ -43,19 +43,24 @@ def conv2d_ref(data, weight, bias=None, stride=1, padding=0, mul=1, shift=0, rel
             window = xp[:, :, kh:kh + (OH - 1) * stride + 1:stride, kw:kw + (OW - 1) * stride + 1:stride]
             acc += np.einsum("ncyx,oc->noyx", window, w[:, :, kh, kw])
     v = wrap32(acc)
+    if scale is not None:                      # per output channel, before everything else
+        v = wrap32(v * np.asarray(scale).astype(np.int64)[None, :, None, None])
     if bias is not None:
         v = wrap32(v + np.asarray(bias).astype(np.int64)[None, :, None, None])
     if residual is not None:
-        v = wrap32(v + wrap32(np.asarray(residual).astype(np.int64) * residual_mul))
+        r = wrap32(np.asarray(residual).astype(np.int64) * residual_mul)
+        v = wrap32(v + wrap32(r * (1 << residual_shift)))
     return requantize(v, mul, shift, relu)
 
 
-def dense_ref(data, weight, bias=None, mul=1, shift=0, relu=False):
+def dense_ref(data, weight, bias=None, mul=1, shift=0, relu=False, scale=None):
     """int8 data (N, K), int8 weight (M, K), int32 bias (M,) → int8 (N, M)."""
     x = np.asarray(data).astype(np.int64)
     w = np.asarray(weight).astype(np.int64)
     acc = x @ w.T
     v = wrap32(acc)
+    if scale is not None:
+        v = wrap32(v * np.asarray(scale).astype(np.int64)[None, :])
     if bias is not None:
         v = wrap32(v + np.asarray(bias).astype(np.int64)[None, :])
     return requantize(v, mul, shift, relu)

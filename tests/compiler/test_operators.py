@@ -190,6 +190,7 @@ def conv_cases(draw):
                 mul=draw(MULS), shift=draw(SHIFTS), relu=draw(st.booleans()),
                 bias=draw(st.sampled_from([None, "small", "full", "edge"])),
                 residual=draw(st.booleans()), residual_mul=draw(st.sampled_from([1, 1, 3, -2, 300, 32767])),
+                residual_shift=draw(st.sampled_from([0, 0, 1, 9, 31])), scale=draw(st.sampled_from([None, "small", "full"])),
                 fill=draw(tensor_fill()), seed=draw(st.integers(0, 2**32 - 1)))
 
 
@@ -204,12 +205,13 @@ def test_conv2d_random_shapes(case):
     w = fill_i8(rng, (O, C, k, k), case["fill"])
     bias = None if case["bias"] is None else fill_bias(rng, O, case["bias"])
     res = fill_i8(rng, (N, O, OH, OW), case["fill"]) if case["residual"] else None
+    scale = None if case["scale"] is None else fill_bias(rng, O, case["scale"])
     out, _ = tilewright.conv2d(x, w, bias, stride=s, padding=p, mul=case["mul"], shift=case["shift"],
                                    relu=case["relu"], residual=res, residual_mul=case["residual_mul"],
-                                   config=case["cfg"])
+                                   residual_shift=case["residual_shift"], scale=scale, config=case["cfg"])
     assert out.dtype == np.int8 and out.shape == (N, O, OH, OW)
     np.testing.assert_array_equal(out, conv2d_ref(x, w, bias, s, p, case["mul"], case["shift"], case["relu"], res,
-                                                  case["residual_mul"]))
+                                                  case["residual_mul"], case["residual_shift"], scale))
 
 
 @st.composite
@@ -217,7 +219,7 @@ def dense_cases(draw):
     return dict(cfg=draw(st.sampled_from(["tiny", "small"])), N=draw(st.integers(1, 20)), K=draw(st.integers(1, 40)),
                 M=draw(st.integers(1, 40)), mul=draw(MULS), shift=draw(SHIFTS), relu=draw(st.booleans()),
                 bias=draw(st.sampled_from([None, "small", "full", "edge"])), fill=draw(tensor_fill()),
-                seed=draw(st.integers(0, 2**32 - 1)))
+                scale=draw(st.sampled_from([None, "small", "full"])), seed=draw(st.integers(0, 2**32 - 1)))
 
 
 @settings(max_examples=400, deadline=None)
@@ -227,9 +229,11 @@ def test_dense_random_shapes(case):
     N, K, M = case["N"], case["K"], case["M"]
     x, w = fill_i8(rng, (N, K), case["fill"]), fill_i8(rng, (M, K), case["fill"])
     bias = None if case["bias"] is None else fill_bias(rng, M, case["bias"])
-    out, _ = tilewright.dense(x, w, bias, mul=case["mul"], shift=case["shift"], relu=case["relu"], config=case["cfg"])
+    scale = None if case["scale"] is None else fill_bias(rng, M, case["scale"])
+    out, _ = tilewright.dense(x, w, bias, mul=case["mul"], shift=case["shift"], relu=case["relu"], scale=scale,
+                              config=case["cfg"])
     assert out.dtype == np.int8 and out.shape == (N, M)
-    np.testing.assert_array_equal(out, dense_ref(x, w, bias, case["mul"], case["shift"], case["relu"]))
+    np.testing.assert_array_equal(out, dense_ref(x, w, bias, case["mul"], case["shift"], case["relu"], scale))
 
 
 # -- explicit epilogue corner cases ------------------------------------------------------------

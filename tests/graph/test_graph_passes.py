@@ -97,3 +97,26 @@ def test_fuse_leaves_a_conv_whose_output_is_also_a_graph_output():
                    [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, 3, 3]) for n in "cy"])
     graph = fuse(load_onnx(model.SerializeToString()))
     assert [(n.op, n.attr("act")) for n in graph.nodes] == [("TwConv", "none"), ("Relu", None)]
+
+
+def test_unfold_narrow_convs_moves_data_only():
+    """Im2Col + 1×1 QConv computes the same integers as the padded-channel QConv, with fewer blocks."""
+    from tilewright.compiler.graph import Graph, Node, TensorInfo
+    from tilewright.compiler.graph.passes import unfold_narrow_convs
+    rng = np.random.default_rng(9)
+    consts = {"w7": rng.integers(-127, 128, (8, 3, 7, 7), dtype=np.int8),
+              "w1": rng.integers(-127, 128, (8, 8, 1, 1), dtype=np.int8),
+              "b": rng.integers(-5000, 5000, 8).astype(np.int32), "s": rng.integers(1, 900, 8).astype(np.int32)}
+    attrs = dict(stride=2, padding=3, kernel=[7, 7], mul=1, shift=16, relu=True)
+    nodes = [Node("QConv", ["x", "w7", "b", "", "s"], ["y"], attrs, "stem"),
+             Node("QConv", ["y", "w1", "b"], ["z"], {**attrs, "stride": 1, "padding": 0, "kernel": [1, 1],
+                                                    "mul": 3, "shift": 9}, "pointwise")]
+    graph = Graph(nodes, [TensorInfo("x", (2, 3, 19, 17), np.dtype(np.int8))],
+                  [TensorInfo("z", (None,) * 4, np.dtype(np.int8))], consts)
+    unfolded = unfold_narrow_convs(graph, block_in=16)
+    assert [n.op for n in unfolded.nodes] == ["Im2Col", "QConv", "QConv"]
+    assert unfolded.constants["stem/wq_unfolded"].shape == (8, 147, 1, 1)
+    x = rng.integers(-128, 128, (2, 3, 19, 17), dtype=np.int8)
+    np.testing.assert_array_equal(run_graph(unfolded, {"x": x})["z"], run_graph(graph, {"x": x})["z"])
+    # a full block of channels, or a 1x1 kernel, stays as it is
+    assert [n.op for n in unfold_narrow_convs(graph, block_in=2).nodes] == ["QConv", "QConv"]

@@ -29,10 +29,13 @@ def compiled(calib):
     return compile_model(small_resnet().SerializeToString(), "default", calibration=calib)
 
 
-def test_accelerator_equals_the_quantized_graph_on_the_host(compiled, calib):
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_accelerator_equals_the_quantized_graph_on_the_host(calib, per_channel):
     """fsim runs every conv/dense; the host's numpy integer ops (an independent oracle) agree bit for bit."""
+    compiled = compile_model(small_resnet().SerializeToString(), "default", calibration=calib,
+                             per_channel=per_channel)
     graph = simplify(load_onnx(small_resnet().SerializeToString()))
-    oracle = quantize(graph, calibrate(graph, [calib[i:i + 1] for i in range(8)]))
+    oracle = quantize(graph, calibrate(graph, [calib[i:i + 1] for i in range(8)]), per_channel=per_channel)
     assert [s.where for s in compiled.steps if s.node.op in ("QConv", "QDense")] == ["accelerator"] * 7
     x = np.random.default_rng(1).standard_normal((1, 3, 12, 12)).astype(np.float32)
     name = graph.outputs[0].name
@@ -222,3 +225,22 @@ def test_digits_demo_meets_its_targets():
     assert result["int8_accuracy"] >= result["float_accuracy"] - 0.01
     assert result["float_accuracy"] > 0.9
     assert result["rtl_matches_fsim"] and result["rtl_cycles"] > 0
+
+
+def test_prequantized_model_runs_with_onnx_semantics():
+    """A QLinearConv model needs no calibration; it runs on the host exactly as onnx.reference says."""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(10)
+    inits = {"xs": np.array(0.05, np.float32), "xz": np.array(3, np.int8), "w": rng.integers(-20, 20, (4, 2, 3, 3),
+             dtype=np.int8), "ws": np.array(0.02, np.float32), "wz": np.array(0, np.int8),
+             "ys": np.array(0.1, np.float32), "yz": np.array(-2, np.int8)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], name="qconv",
+                            pads=[1, 1, 1, 1])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 2, 5, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 4, 5, 5])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m = compile_model(model.SerializeToString(), "default")
+    assert [(s.name, s.where) for s in m.steps] == [("qconv", "host")]
+    x = rng.integers(-128, 128, (1, 2, 5, 5), dtype=np.int8)
+    np.testing.assert_array_equal(m.run(x)["y"], ReferenceEvaluator(model).run(None, {"x": x})[0])
