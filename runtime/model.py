@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from tilewright.compiler.graph import HOST_OPS, Graph, ModelError, Node, TensorInfo, load_onnx, run_graph, run_node
-from tilewright.compiler.graph.passes import remove_unused_constants, simplify, unfold_narrow_convs
+from tilewright.compiler.graph.passes import remove_unused_constants, simplify, strip_fake_quant, unfold_narrow_convs
 from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_report, quantize
 from tilewright.compiler.ops import Conv2dSpec, DenseSpec
 from tilewright.compiler.program import Program, ProgramError
@@ -366,6 +366,7 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     started = time.perf_counter()
     graph = model if isinstance(model, Graph) else load_onnx(model)
     shapes, dynamic = _input_shapes(graph, batch)
+    graph, given_ranges = strip_fake_quant(graph)
     graph = simplify(graph)
     _check_supported(graph)
     meta = {"source": graph.name, "method": None, "layers": []}
@@ -373,6 +374,10 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
         feeds = _calibration_feeds(graph, calibration, shapes, dynamic, log)
         log(f"calibrating ({method}) on {sum(len(next(iter(f.values()))) for f in feeds)} sample(s)")
         ranges = calibrate(graph, feeds, method=method, percentile=percentile)
+        if given_ranges:       # a QDQ model's own scales win over calibration
+            log(f"using the model's quantization scales (QuantizeLinear/DequantizeLinear) for "
+                f"{len(given_ranges)} tensor(s)")
+            ranges.update(given_ranges)
         quantized, layers = quantize(graph, ranges, with_layers=True, per_channel=per_channel)
         quantized = remove_unused_constants(quantized)
         one = {k: v[:1] if dynamic else v for k, v in feeds[0].items()}

@@ -11,10 +11,10 @@ calibration and the float baseline see the same graph the quantizer does.
 import numpy as np
 
 from .host import run_node
-from .ir import Node
+from .ir import Node, TensorInfo
 
 __all__ = ["simplify", "fold_constants", "remove_identities", "fold_batch_norm", "remove_dead", "fuse",
-           "unfold_narrow_convs"]
+           "unfold_narrow_convs", "strip_fake_quant"]
 
 
 def simplify(graph):
@@ -44,6 +44,51 @@ def remove_identities(graph):
             kept.append(n)
     nodes, _ = _rename(graph.replace(nodes=kept), mapping)
     return graph.replace(nodes=nodes)
+
+
+def strip_fake_quant(graph):
+    """QuantizeLinear → DequantizeLinear pairs on activations (a QDQ model's fake quantization) removed;
+    returns ``(graph, ranges)`` with each such tensor's range (``127 · scale``) as the model gives it.
+
+    Only symmetric int8 pairs (zero point 0, one scale, the same on both
+    sides) are taken: exactly what :mod:`quantize` produces from a range, so
+    the model's own scales are kept. Others stay as they are (and run on the
+    host). Quantized weights (DequantizeLinear of a constant) are left to
+    :func:`fold_constants`.
+    """
+    constants, consumers = graph.constants, graph.consumers()
+    outputs = {o.name for o in graph.outputs}
+    mapping, drop, ranges = {}, set(), {}
+
+    def params(node):
+        scale = constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+        zp = constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if scale is None or np.size(scale) != 1 or zp is None or zp.dtype != np.int8 or np.any(zp != 0):
+            return None
+        return float(np.asarray(scale).reshape(()))
+
+    for q in graph.nodes:
+        if q.op != "QuantizeLinear" or q.inputs[0] in constants or q.outputs[0] in outputs:
+            continue
+        s_q, readers = params(q), consumers.get(q.outputs[0], [])
+        if s_q is None or not readers or any(r.op != "DequantizeLinear" or params(r) != s_q for r in readers):
+            continue
+        for dq in readers:
+            mapping[dq.outputs[0]] = q.inputs[0]
+            drop.add(id(dq))
+        drop.add(id(q))
+        ranges[q.inputs[0]] = 127.0 * s_q
+    if not mapping:
+        return graph, {}
+    kept = [n for n in graph.nodes if id(n) not in drop]
+    nodes, name = _rename(graph.replace(nodes=kept), mapping)
+    graph_outputs = [TensorInfo(o.name, o.shape, o.dtype) for o in graph.outputs]
+    kept_graph = graph.replace(nodes=nodes, outputs=graph_outputs)
+    # a graph output that was a DequantizeLinear's: keep the name with an Identity
+    for o in graph.outputs:
+        if name(o.name) != o.name:
+            kept_graph.nodes.append(Node("Identity", [name(o.name)], [o.name], {}, f"{o.name}/out"))
+    return remove_unused_constants(kept_graph), ranges
 
 
 def fold_constants(graph):

@@ -244,3 +244,45 @@ def test_prequantized_model_runs_with_onnx_semantics():
     assert [(s.name, s.where) for s in m.steps] == [("qconv", "host")]
     x = rng.integers(-128, 128, (1, 2, 5, 5), dtype=np.int8)
     np.testing.assert_array_equal(m.run(x)["y"], ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+def _qdq_model(rng):
+    """x → Q/DQ → Conv(DQ(w1)) → Relu → Q/DQ → Conv(DQ(w2)) → Q/DQ: a symmetric int8 QDQ model."""
+    scales = {"s_in": 0.03, "s_mid": 0.05, "s_out": 0.08}
+    inits = {k: np.array(v, np.float32) for k, v in scales.items()} | {"zp": np.array(0, np.int8)}
+    inits |= {"w1q": rng.integers(-127, 128, (16, 3, 3, 3), dtype=np.int8), "w1s": np.full(16, 0.004, np.float32),
+              "w2q": rng.integers(-127, 128, (8, 16, 3, 3), dtype=np.int8), "w2s": np.array(0.002, np.float32),
+              "b1": rng.normal(0, 0.05, 16).astype(np.float32)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_in", "zp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s_in", "zp"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w1q", "w1s"], ["w1"], axis=0),
+             helper.make_node("Conv", ["xd", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("QuantizeLinear", ["r1", "s_mid", "zp"], ["r1q"]),
+             helper.make_node("DequantizeLinear", ["r1q", "s_mid", "zp"], ["r1d"]),
+             helper.make_node("DequantizeLinear", ["w2q", "w2s"], ["w2"]),
+             helper.make_node("Conv", ["r1d", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c2", "s_out", "zp"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "s_out", "zp"], ["y"])]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), scales
+
+
+def test_qdq_model_runs_on_the_accelerator_with_its_own_scales():
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(11)
+    model, scales = _qdq_model(rng)
+    calib = rng.uniform(-2, 2, (4, 3, 8, 8)).astype(np.float32)
+    m = compile_model(model.SerializeToString(), "default", calibration=calib)
+    layers = [s for s in m.steps if s.where == "accelerator"]
+    assert [s.name for s in layers] == ["conv1", "conv2"]
+    ops = [s.node.op for s in m.steps]        # only the model's input is quantized, its output dequantized
+    assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 1
+    assert [s.node.attr("output_scale") for s in layers] == pytest.approx([scales["s_mid"], scales["s_out"]])
+    x = rng.uniform(-2, 2, (1, 3, 8, 8)).astype(np.float32)
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    # the accelerator's integer rescale vs ONNX's float one: at most a step apart per layer
+    assert np.abs(m.run(x)["y"] - expected).max() <= 2 * scales["s_out"] + 1e-6
+    assert sqnr_db(expected, m.run(x)["y"]) > 30
