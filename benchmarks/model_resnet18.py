@@ -6,8 +6,8 @@ Measures, in one run: import + quantize + compile time, fsim run time
 (median of 3) and output SQNR against the float model, for per-channel and
 per-tensor weights; the first convolution (3 input channels) as im2col +
 1×1 conv, with its channels padded to the block, or on the host; with
-``--rtl``, the whole model on the cycle-accurate RTL for the first two
-(cycles per layer, output equal to fsim).
+``--rtl``, the whole model on the cycle-accurate RTL for the first two and
+for per-tensor weights (cycles per layer, output equal to fsim).
 """
 
 import argparse
@@ -77,19 +77,23 @@ def main():
               f"host {split['host'] * 1e3:6.1f} ms", flush=True)
 
     if args.rtl:
-        fsim_out = models["per-channel"].run(x)
-        for variant in ("im2col", "pad"):
-            (rtl_out, profile), rtl_seconds = timed(lambda: variants[variant].run(x, backend="rtl", profile=True))
+        for variant, model in (("im2col", variants["im2col"]), ("pad", variants["pad"]),
+                               ("per-tensor", models["per-tensor"])):
+            fsim_out = model.run(x)
+            (rtl_out, profile), rtl_seconds = timed(lambda: model.run(x, backend="rtl", profile=True))
             cycles = {r["node"]: r["cycles"] for r in profile if r["cycles"]}
             equal = all(np.array_equal(fsim_out[k], rtl_out[k]) for k in fsim_out)
-            result["first_conv"][variant]["rtl_cycles"] = cycles[first]
             print(f"RTL ({variant}): {sum(cycles.values())} cycles for the whole model ({rtl_seconds:.0f} s), first "
                   f"conv {cycles[first]} cycles; output {'equals' if equal else 'DIFFERS from'} fsim", flush=True)
+            if not equal:
+                raise SystemExit("the RTL and fsim disagree")
+            if variant == "per-tensor":
+                result["per-tensor"]["rtl_total_cycles"] = sum(cycles.values())
+                continue
+            result["first_conv"][variant]["rtl_cycles"] = cycles[first]
             if variant == "im2col":
                 result["rtl"] = {"seconds": rtl_seconds, "total_cycles": sum(cycles.values()), "cycles": cycles,
                                  "equals_fsim": equal, "macs": sum(r["macs"] for r in profile)}
-            if not equal:
-                raise SystemExit("the RTL and fsim disagree")
 
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
