@@ -292,7 +292,8 @@ def _calibration_feeds(graph, samples, shapes, dynamic, log):
     arrays = {}
     for info in graph.inputs:
         if info.name not in samples:
-            raise ModelError(f"calibration samples have no array for input {info.name!r}")
+            raise ModelError(f"calibration samples have no array for input {info.name!r} "
+                             f"(they have: {', '.join(map(repr, samples)) or 'nothing'})")
         a = np.asarray(samples[info.name])
         if a.dtype != info.dtype or a.shape[1:] != shapes[info.name][1:]:
             raise ModelError(f"calibration samples for {info.name!r} are {a.dtype} {list(a.shape)}; want "
@@ -383,6 +384,7 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
         one = {k: v[:1] if dynamic else v for k, v in feeds[0].items()}
         meta["method"], meta["per_channel"] = method, per_channel
         meta["layers"] = [dict(name=layer.name, mul=layer.mul, shift=layer.shift, sqnr_db=round(db, 2),
+                               per_channel=layer.per_channel, multiplier_error=layer.multiplier_error,
                                input_scale=layer.input_scale, weight_scale=layer.weight_scale,
                                output_scale=layer.output_scale)
                           for layer, db in layer_report(graph, quantized, layers, one)]

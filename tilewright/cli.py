@@ -201,7 +201,9 @@ def cmd_compile(args):
         if layers:
             print("quantization error per layer (SQNR against the float model, first calibration sample):")
             for layer in layers:
-                print(f"  {layer['name']:24} {layer['sqnr_db']:6.1f} dB   requantize ×{layer['mul']} >> {layer['shift']}")
+                mul = "per-channel scale" if layer["per_channel"] else f"×{layer['mul']}"
+                print(f"  {layer['name']:24} {layer['sqnr_db']:6.1f} dB   requantize {mul} >> {layer['shift']} "
+                      f"(multiplier error {layer['multiplier_error']:.1e})")
         model.save(args.output)
     except _model_errors() as e:
         raise CliError(str(e)) from None
