@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from tilewright.compiler.graph import HOST_OPS, Graph, ModelError, Node, TensorInfo, load_onnx, run_graph, run_node
-from tilewright.compiler.graph.passes import remove_unused_constants, simplify, strip_fake_quant, unfold_narrow_convs
-from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_report, quantize
+from tilewright.compiler.graph.passes import simplify, strip_fake_quant, unfold_narrow_convs
+from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_input, layer_report, quantize
 from tilewright.compiler.ops import Conv2dSpec, DenseSpec
 from tilewright.compiler.program import Program, ProgramError
 from tilewright.config import HwConfig, load_config
@@ -139,10 +139,8 @@ class CompiledModel:
         env.update(feeds)
         for step in self.steps:
             start = time.perf_counter()
-            if step.where == "accelerator":      # weights and bias are packed in the step
-                activations = (0, 3) if step.node.op == "QConv" else (0,)      # data, residual
-                values = [env[i] if i and k in activations else None for k, i in enumerate(step.node.inputs)]
-                outs, stats = self._run_on_accelerator(step, values, device)
+            if step.where == "accelerator":      # weights, bias and scale are packed in the step
+                outs, stats = self._run_on_accelerator(step, env, device)
                 if "cycles" in stats:
                     rows[step.name]["cycles"] = (rows[step.name]["cycles"] or 0) + stats["cycles"]
             else:
@@ -151,12 +149,13 @@ class CompiledModel:
             env.update(zip(step.node.outputs, outs))
         return {o.name: env[o.name] for o in self.graph.outputs}
 
-    def _run_on_accelerator(self, step, values, device):
-        c, x = self.config, values[0]
-        if step.node.op == "QConv":
+    def _run_on_accelerator(self, step, env, device):
+        c, node = self.config, step.node
+        x = env[layer_input(node, "data")]
+        if node.op == "QConv":
             tensors = {"data": pack_nchw(x, c.batch, c.block_in), **step.packed}
-            if len(values) > 3 and values[3] is not None:
-                tensors["residual"] = pack_nchw(values[3], c.batch, c.block_out)
+            if layer_input(node, "residual"):
+                tensors["residual"] = pack_nchw(env[layer_input(node, "residual")], c.batch, c.block_out)
             out, stats = device.run_program(step.program, tensors)
             return [unpack_nchw(out["out"], x.shape[0], step.out_channels)], stats
         tensors = {"data": pack_rows(x, c.batch, c.block_in), **step.packed}
@@ -263,6 +262,8 @@ def _pad_batch(array, batch):
 
 def _input_shapes(graph, batch):
     """Concrete input shapes (a dynamic leading dimension becomes ``batch``) and whether it was dynamic."""
+    if batch is not None and (not isinstance(batch, (int, np.integer)) or batch < 1):
+        raise ModelError(f"batch={batch!r}: must be a positive integer")
     shapes, dynamic = {}, False
     for info in graph.inputs:
         shape = list(info.shape)
@@ -317,15 +318,13 @@ def _check_supported(graph):
 
 def _accelerator_step(node, shapes, consts, cfg):
     """A compiled accelerator step for QConv/QDense ``node``."""
-    x_shape, w = shapes[node.inputs[0]], consts[node.inputs[1]]
-    a, inputs = node.attrs, node.inputs + [""] * (5 - len(node.inputs))
-    O = w.shape[0]
-    scale_input = inputs[4 if node.op == "QConv" else 3]        # QConv: x, w, b, residual, scale
-    scale = consts[scale_input] if scale_input else None
+    x_shape, w = shapes[layer_input(node, "data")], consts[layer_input(node, "weight")]
+    a, O = node.attrs, w.shape[0]
+    scale = consts[layer_input(node, "scale")] if layer_input(node, "scale") else None
     epilogue = dict(bias=True, mul=a["mul"], shift=a["shift"], relu=bool(a["relu"]), scale=scale is not None)
     if node.op == "QConv":
         N, C, H, W = x_shape
-        residual = bool(inputs[3])
+        residual = bool(layer_input(node, "residual"))
         spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
                           tuple(w.shape[2:]), a["stride"], a["padding"], residual=residual,
                           residual_mul=a.get("residual_mul", 1) if residual else 1,
@@ -339,10 +338,31 @@ def _accelerator_step(node, shapes, consts, cfg):
         packed = {"weight": pack_rows(w, cfg.block_out, cfg.block_in)}
         program = compile_dense(spec, cfg)
         macs = N * K * O
-    packed["bias"] = pack_bias(consts[node.inputs[2]], cfg.batch, cfg.block_out)
+    packed["bias"] = pack_bias(consts[layer_input(node, "bias")], cfg.batch, cfg.block_out)
     if scale is not None:
         packed["scale"] = pack_bias(scale, cfg.batch, cfg.block_out)
     return Step(node, "accelerator", "", program, packed, O, macs)
+
+
+def _placement(graph, on_host):
+    """``[(node, where, why)]``: QConv/QDense on the accelerator (unless named in ``on_host``), the rest on
+    the host."""
+    unknown = set(on_host) - {n.name for n in graph.nodes}
+    if unknown:
+        raise ModelError(f"on_host names no node of the model: {', '.join(sorted(unknown))}")
+    plan = []
+    for node in graph.nodes:
+        if node.op in ACCELERATOR_OPS and node.name not in on_host:
+            plan.append((node, "accelerator", ""))
+        elif node.op in ACCELERATOR_OPS:
+            plan.append((node, "host", "asked for the host"))
+        elif node.op == "Im2Col":
+            kh, kw = node.attr("kernel")
+            plan.append((node, "host", f"gathers {kh}x{kw} windows into {node.attr('channels')} channels for "
+                                       f"{node.attr('layer')}"))
+        else:
+            plan.append((node, "host", host_reason(node) if node.op in ("TwConv", "TwDense") else ""))
+    return plan
 
 
 def compile_model(model, config="default", *, calibration=None, method="max", percentile=99.99, batch=None,
@@ -359,18 +379,23 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     (a first conv on RGB) run as im2col on the host + a 1×1 conv, instead of
     padding the channels (see ``unfold_narrow_convs``). ``on_host`` names
     layers to keep on the host (run there with the accelerator's integer
-    arithmetic). ``log`` receives progress
-    lines (the partition table is printed through it before compiling).
+    arithmetic). ``log`` receives progress lines (the partition table is
+    printed through it before compiling).
     """
     log = log or (lambda line: None)
     cfg = load_config(config)
+    widths = (cfg.inp_width, cfg.wgt_width, cfg.acc_width, cfg.out_width)
+    if widths != (8, 8, 32, 8):
+        raise ModelError(f"config {cfg.name} has input/weight/accumulator/output widths {widths}; models are "
+                         "quantized to int8 with int32 accumulators (8, 8, 32, 8)")
     started = time.perf_counter()
     graph = model if isinstance(model, Graph) else load_onnx(model)
     shapes, dynamic = _input_shapes(graph, batch)
     graph, given_ranges = strip_fake_quant(graph)
     graph = simplify(graph)
     _check_supported(graph)
-    meta = {"source": graph.name, "method": None, "layers": []}
+    meta = {"source": graph.name, "method": None, "per_channel": None, "layers": []}
+    sample = {i.name: np.zeros(shapes[i.name], i.dtype) for i in graph.inputs}
     if any(n.op in ("TwConv", "TwDense") and host_reason(n) is None for n in graph.nodes):
         feeds = _calibration_feeds(graph, calibration, shapes, dynamic, log)
         log(f"calibrating ({method}) on {sum(len(next(iter(f.values()))) for f in feeds)} sample(s)")
@@ -380,36 +405,20 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
                 f"{len(given_ranges)} tensor(s)")
             ranges.update(given_ranges)
         quantized, layers = quantize(graph, ranges, with_layers=True, per_channel=per_channel)
-        quantized = remove_unused_constants(quantized)
-        one = {k: v[:1] if dynamic else v for k, v in feeds[0].items()}
+        quantized = unfold_narrow_convs(quantized, cfg.block_in) if unfold else quantized
+        sample = {k: _pad_batch(v[:shapes[k][0]], shapes[k][0]) for k, v in feeds[0].items()}
+        _, env = run_graph(quantized, sample, keep=True)
         meta["method"], meta["per_channel"] = method, per_channel
         meta["layers"] = [dict(name=layer.name, mul=layer.mul, shift=layer.shift, sqnr_db=round(db, 2),
                                per_channel=layer.per_channel, multiplier_error=layer.multiplier_error,
                                input_scale=layer.input_scale, weight_scale=layer.weight_scale,
                                output_scale=layer.output_scale)
-                          for layer, db in layer_report(graph, quantized, layers, one)]
+                          for layer, db in layer_report(graph, quantized, layers, sample, quant_env=env)]
     else:
         quantized = graph
-    if unfold:
-        quantized = unfold_narrow_convs(quantized, cfg.block_in)
-    zeros = {i.name: np.zeros(shapes[i.name], i.dtype) for i in quantized.inputs}
-    _, env = run_graph(quantized, zeros, keep=True)
+        _, env = run_graph(quantized, sample, keep=True)
     tensor_shapes = {k: np.shape(v) for k, v in env.items()}
-
-    unknown = set(on_host) - {n.name for n in quantized.nodes}
-    if unknown:
-        raise ModelError(f"on_host names no node of the model: {', '.join(sorted(unknown))}")
-    plan = []
-    for node in quantized.nodes:
-        if node.op in ACCELERATOR_OPS and node.name not in on_host:
-            plan.append((node, "accelerator", ""))
-        elif node.op in ACCELERATOR_OPS:
-            plan.append((node, "host", "asked for the host"))
-        elif node.op == "Im2Col":
-            plan.append((node, "host", f"gathers {node.attr('kernel')[0]}x{node.attr('kernel')[1]} windows into "
-                                       f"{node.attr('channels')} channels for {node.attr('layer')}"))
-        else:
-            plan.append((node, "host", host_reason(node) if node.op in ("TwConv", "TwDense") else ""))
+    plan = _placement(quantized, on_host)
     preview = CompiledModel(quantized, cfg, [Step(n, w, why) for n, w, why in plan], batch=1, dynamic_batch=False)
     for line in preview.placement_table():
         log(line)

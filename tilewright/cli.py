@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 from . import asm, isa
@@ -185,14 +186,17 @@ def _load_arrays(path, what):
             return dict(data) if isinstance(data, np.lib.npyio.NpzFile) else data
     except OSError as e:
         raise CliError(f"cannot read {what} {path}: {e.strerror or e}") from None
-    except (ValueError, EOFError) as e:
-        raise CliError(f"{what} {path} is not a .npy or .npz file ({str(e).splitlines()[0]})") from None
+    except (ValueError, EOFError, zipfile.BadZipFile) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CliError(f"{what} {path} is not a readable .npy or .npz file ({reason})") from None
 
 
 def cmd_compile(args):
     from .runtime.model import compile_model
     cfg = _config(args)
     calibration = _load_arrays(args.calib, "calibration samples") if args.calib else None
+    if not Path(args.output).resolve().parent.is_dir():
+        raise CliError(f"cannot write {args.output}: no directory {Path(args.output).parent}")
     print(f"compiling {args.model} for config {cfg.name} ({cfg.tag})", flush=True)
     try:
         model = compile_model(Path(args.model), cfg, calibration=calibration, method=args.method, batch=args.batch,
@@ -238,14 +242,18 @@ def cmd_run(args):
     except _model_errors() as e:
         raise CliError(str(e)) from None
     if args.output:
+        # numpy adds the suffix it wants; say the name it really wrote
+        single = len(outputs) == 1 and not args.output.endswith(".npz")
+        path = args.output if args.output.endswith(".npy" if single else ".npz") else \
+            args.output + (".npy" if single else ".npz")
         try:
-            if len(outputs) == 1 and not args.output.endswith(".npz"):
-                np.save(args.output, next(iter(outputs.values())))
+            if single:
+                np.save(path, next(iter(outputs.values())))
             else:
-                np.savez(args.output, **outputs)
+                np.savez(path, **outputs)
         except OSError as e:
-            raise CliError(f"cannot write {args.output}: {e.strerror}") from None
-        print(f"wrote {args.output}")
+            raise CliError(f"cannot write {path}: {e.strerror}") from None
+        print(f"wrote {path}")
     for name, value in outputs.items():
         print(f"output {name}: {value.dtype} {list(value.shape)}")
     if args.profile:
@@ -322,6 +330,16 @@ def _demo_matmul(args):
     return 0
 
 
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
 def _parser():
     p = argparse.ArgumentParser(prog="tilewright", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -372,7 +390,8 @@ def _parser():
     sp.add_argument("--method", choices=["max", "percentile"], default="max", help="calibration method")
     sp.add_argument("--weights", choices=["per-channel", "per-tensor"], default="per-channel",
                     help="int8 weight scales: one per output channel (default) or one per layer")
-    sp.add_argument("--batch", type=int, help="batch size to compile a dynamic batch dimension for (default 1)")
+    sp.add_argument("--batch", type=_positive_int, help="batch size to compile a dynamic batch dimension for "
+                                                        "(default 1)")
     sp.add_argument("--host", action="append", metavar="NODE", help="keep this layer on the host (repeatable)")
     sp.set_defaults(func=cmd_compile)
 

@@ -7,7 +7,11 @@ ONNX runtimes; integer ops (ConvInteger, the QLinear ops) accumulate
 exactly in int64.
 """
 
+from types import SimpleNamespace
+
 import numpy as np
+
+from tilewright.semantics import requantize, wrap
 
 from .ir import ModelError
 
@@ -294,14 +298,17 @@ def _tw_fused(node, *values):
     return [y.astype(np.float32)]
 
 
+#: QConv/QDense compute with int8 data and int32 accumulators (the configs compile_model accepts).
+_QUANTIZED_WIDTHS = SimpleNamespace(acc_width=32, out_width=8)
+
+
 def _wrap32(v):
-    return ((v + (1 << 31)) % (1 << 32)) - (1 << 31)
+    return wrap(v, 32)
 
 
 def _requantize_int(acc, node):
-    """The accelerator's epilogue: clip(((acc) · mul) >> shift, lo, 127), 32-bit wrap-around."""
-    v = _wrap32(_wrap32(acc) * node.attr("mul")) >> node.attr("shift")
-    return np.clip(v, 0 if node.attr("relu") else -128, 127).astype(np.int8)
+    """The accelerator's STORE epilogue: clip((acc · mul) >> shift, lo, 127), int32 wrap-around."""
+    return requantize(acc, node.attr("mul"), node.attr("shift"), node.attr("relu"), _QUANTIZED_WIDTHS)
 
 
 def _qconv(node, x, w, b, r=None, scale=None):

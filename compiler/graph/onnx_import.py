@@ -52,10 +52,15 @@ def from_onnx(model, where="model"):
         raise ModelError(f"{where}: ONNX checker: {first}") from None
     g = model.graph
     constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    nodes = []
+    nodes, taken = [], set()
     for k, n in enumerate(g.node):
         attrs = {a.name: _attribute(a) for a in n.attribute}
+        # node names key everything derived from a node (its quantized weights, its profile row); ONNX does
+        # not require them to be unique, so make them so
         name = n.name or f"{n.op_type}_{k}"
+        while name in taken:
+            name = f"{name}_{k}"
+        taken.add(name)
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
             constants[n.output[0]] = _constant_value(attrs, name)
             continue

@@ -33,7 +33,7 @@ import numpy as np
 from .host import run_graph, run_node
 from .ir import ModelError, Node, TensorInfo
 
-__all__ = ["calibrate", "quantize", "choose_requant", "host_reason", "QuantLayer", "sqnr_db", "layer_report",
+__all__ = ["calibrate", "quantize", "choose_requant", "host_reason", "LAYER_INPUTS", "layer_input", "QuantLayer", "sqnr_db", "layer_report",
            "INT8_EXACT_OPS", "OVERFLOW_MARGIN"]
 
 #: Host operators that act on int8 values exactly as on the floats they stand for (same scale).
@@ -42,6 +42,8 @@ INT8_EXACT_OPS = {"MaxPool", "Flatten", "Reshape", "Relu"}
 OVERFLOW_MARGIN = 4.0
 MUL_MAX = (1 << 15) - 1
 SHIFT_MAX = 31
+#: Percentile calibration keeps at most this many magnitudes per tensor (a uniform subsample).
+POOL_SIZE = 200_000
 
 
 def _feeds(graph, samples):
@@ -50,7 +52,10 @@ def _feeds(graph, samples):
 
 
 def calibrate(graph, samples, method="max", percentile=99.99, seed=0):
-    """``{tensor: range}`` over ``samples`` (feed dicts, or arrays for a one-input graph)."""
+    """``{tensor: range}`` over ``samples`` (feed dicts, or arrays for a one-input graph).
+
+    Also ``{layer}/preact``: each fused layer's largest pre-activation magnitude, whatever the method.
+    """
     if method not in ("max", "percentile"):
         raise ModelError(f"calibration method {method!r}: use 'max' or 'percentile'")
     rng = np.random.default_rng(seed)
@@ -64,43 +69,47 @@ def calibrate(graph, samples, method="max", percentile=99.99, seed=0):
                 continue
             a = np.abs(np.asarray(value, dtype=np.float64)).ravel()
             peaks[name] = max(peaks.get(name, 0.0), float(a.max()) if a.size else 0.0)
-            if method == "percentile":
-                pick = a if a.size <= 100_000 else rng.choice(a, 100_000, replace=False)
-                pools.setdefault(name, []).append(pick)
+            if method == "percentile" and not name.endswith("/preact"):
+                pool = np.concatenate([pools.get(name, a[:0]), a])
+                pools[name] = pool if pool.size <= POOL_SIZE else rng.choice(pool, POOL_SIZE, replace=False)
     if not count:
         raise ModelError("calibration needs at least one sample input")
     if method == "max":
         return peaks
-    return {n: float(np.percentile(np.concatenate(p), percentile)) for n, p in pools.items()}
+    return {n: float(np.percentile(pools[n], percentile)) if n in pools else peak for n, peak in peaks.items()}
 
 
 def _pre_activations(graph, env):
-    """``{node/preact: value}`` for fused layers with an activation: the requantizer's input range."""
+    """``{node/preact: value}`` for every fused layer: ``acc + bias + residual`` before the activation, the
+    range that bounds the requantizer's shift (an int32 overflow bound, so always its maximum)."""
     out = {}
     for n in graph.nodes:
-        if n.op in ("TwConv", "TwDense") and n.attr("act", "none") != "none":
-            plain = Node(n.op, n.inputs, n.outputs, {**n.attrs, "act": "none"}, n.name)
-            out[f"{n.name}/preact"] = run_node(plain, [env[i] if i else None for i in n.inputs])[0]
+        if n.op in ("TwConv", "TwDense"):
+            if n.attr("act", "none") == "none":
+                out[f"{n.name}/preact"] = env[n.outputs[0]]
+            else:
+                plain = Node(n.op, n.inputs, n.outputs, {**n.attrs, "act": "none"}, n.name)
+                out[f"{n.name}/preact"] = run_node(plain, [env[i] if i else None for i in n.inputs])[0]
     return out
 
 
-def choose_requant(m, acc_peak):
-    """``(mul, shift)`` with ``mul / 2**shift`` closest to ``m`` such that ``|mul| · acc_peak < 2**31``.
+def choose_requant(m, acc_bound):
+    """``(mul, shift)`` with ``mul / 2**shift`` closest to ``m`` such that ``|mul| · acc_bound < 2**31``.
 
-    The largest usable shift gives the most precise multiplier; ``acc_peak``
-    is the largest accumulator magnitude the layer is expected to see.
+    The largest usable shift gives the most precise multiplier; ``acc_bound``
+    is the largest accumulator value (in integer units) the layer may see.
     """
     if not m > 0:
         raise ModelError(f"requantization scale {m} must be positive")
     best = None
     for shift in range(32):
         mul = round(m * 2 ** shift)
-        if mul > MUL_MAX or mul * acc_peak >= 2 ** 31:
+        if mul > MUL_MAX or mul * acc_bound >= 2 ** 31:
             break
         if mul >= 1:
             best = (mul, shift)
     if best is None:
-        raise ModelError(f"no 16-bit multiplier represents scale {m:.3g} for accumulators up to {acc_peak:.3g}")
+        raise ModelError(f"no 16-bit multiplier represents scale {m:.3g} for accumulators up to {acc_bound:.3g}")
     return best
 
 
@@ -128,41 +137,71 @@ class QuantLayer:
     multiplier_error: float = 0.0  # worst relative error of the integer rescale(s)
 
 
-def _requant_per_tensor(w, s_x, s_y, b, acc_peak, s_r):
-    """int8 weights with one scale, and the scalar requantizer; see :func:`quantize`."""
+#: Input roles of the quantized layers, in order ("" for an absent optional input).
+LAYER_INPUTS = {"QConv": ("data", "weight", "bias", "residual", "scale"),
+                "QDense": ("data", "weight", "bias", "scale")}
+
+
+def layer_input(node, role):
+    """The tensor a QConv/QDense node reads in ``role`` (see LAYER_INPUTS), or ""."""
+    k = LAYER_INPUTS[node.op].index(role)
+    return node.inputs[k] if k < len(node.inputs) else ""
+
+
+@dataclass
+class _Requant:
+    """One layer's integer weights and requantizer (see :func:`quantize`)."""
+    weights: np.ndarray            # int8
+    bias: np.ndarray               # float, rounded; clipped to int32 by the caller
+    scale: np.ndarray | None       # int32 per output channel, or None (per-tensor)
+    attrs: dict                    # mul, shift[, residual_mul, residual_shift]
+    weight_scale: float            # the largest
+    error: float                   # worst relative error of the integer rescales
+
+
+def _residual_rescale(k):
+    """``(residual_mul, residual_shift)`` with ``residual_mul << residual_shift ≈ k`` and a 16-bit multiplier."""
+    shift = max(0, math.ceil(math.log2(k / MUL_MAX))) if k > MUL_MAX else 0
+    mul = max(1, round(k / 2 ** shift))
+    return mul, shift, abs(mul * 2 ** shift - k) / k
+
+
+def _requant_per_tensor(w, s_x, s_y, b, preact_peak, s_r):
+    """int8 weights with one scale, and the STORE's scalar requantizer."""
     s_w = max(float(np.abs(w).max()), 1e-8) / 127.0
     acc_scale = s_x * s_w
     wq = np.clip(np.rint(w / s_w), -127, 127).astype(np.int8)
-    mul, shift = choose_requant(acc_scale / s_y, OVERFLOW_MARGIN * acc_peak / acc_scale)
+    mul, shift = choose_requant(acc_scale / s_y, OVERFLOW_MARGIN * preact_peak / acc_scale)
     # round to nearest: the arithmetic shift floors, so add half an output step first
     half = round(2 ** (shift - 1) / mul) if shift else 0
-    bq = np.rint(b / acc_scale) + half
-    attrs = dict(mul=mul, shift=shift)
-    if s_r is not None:
-        attrs["residual_mul"] = max(1, min(MUL_MAX, round(s_r / acc_scale)))
     exact = acc_scale / s_y
-    return wq, bq, None, attrs, s_w, abs(mul / 2 ** shift - exact) / exact
+    attrs, error = dict(mul=mul, shift=shift), abs(mul / 2 ** shift - exact) / exact
+    if s_r is not None:
+        r_mul, r_shift, r_error = _residual_rescale(s_r / acc_scale)
+        attrs |= dict(residual_mul=r_mul, residual_shift=r_shift)
+        error = max(error, r_error)
+    return _Requant(wq, np.rint(b / acc_scale) + half, None, attrs, s_w, error)
 
 
-def _requant_per_channel(w, s_x, s_y, b, acc_peak, s_r):
+def _requant_per_channel(w, s_x, s_y, b, preact_peak, s_r):
     """int8 weights with one scale per output channel: each channel's accumulator is multiplied by its own
     ``scale`` (an int32 vector) to the common fixed point ``2**-shift`` output steps, where bias and
     residual join it."""
     s_w = np.maximum(np.abs(w).reshape(len(w), -1).max(axis=1), 1e-8) / 127.0
     wq = np.clip(np.rint(w / s_w.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
     # the largest shift that keeps the calibrated sum (in output steps · 2**shift) inside int32
-    steps = OVERFLOW_MARGIN * acc_peak / s_y
+    steps = OVERFLOW_MARGIN * preact_peak / s_y
     shift = int(min(SHIFT_MAX, max(0, math.floor(math.log2((2 ** 31 - 1) / max(steps, 1.0))))))
     exact = s_x * s_w / s_y * 2 ** shift
     scale = np.clip(np.rint(exact), 0, 2 ** 31 - 1)
-    bq = np.rint(b / s_y * 2 ** shift) + (2 ** (shift - 1) if shift else 0)
+    bias = np.rint(b / s_y * 2 ** shift) + (2 ** (shift - 1) if shift else 0)
     attrs = dict(mul=1, shift=shift)
-    if s_r is not None:
-        k = s_r / s_y * 2 ** shift
-        k_shift = max(0, math.ceil(math.log2(k / MUL_MAX))) if k > MUL_MAX else 0
-        attrs |= dict(residual_mul=max(1, round(k / 2 ** k_shift)), residual_shift=k_shift)
     error = float(np.max(np.abs(scale - exact) / np.maximum(exact, 1e-30))) if len(exact) else 0.0
-    return wq, bq, scale.astype(np.int32), attrs, float(s_w.max()), error
+    if s_r is not None:
+        r_mul, r_shift, r_error = _residual_rescale(s_r / s_y * 2 ** shift)
+        attrs |= dict(residual_mul=r_mul, residual_shift=r_shift)
+        error = max(error, r_error)
+    return _Requant(wq, bias, scale.astype(np.int32), attrs, float(s_w.max()), error)
 
 
 def host_reason(node):
@@ -184,7 +223,8 @@ def host_reason(node):
         return f"unequal strides {strides}"
     if len(set(pads)) != 1:
         return f"unequal pads {pads}"
-    if node.attr("act") == "clip" and node.attr("clip_min") not in (0.0, -math.inf):
+    if node.attr("act") == "clip" and node.attr("clip_min") != 0.0:
+        # the requantizer clips to the int8 range: [0, max] maps onto it, a lower bound below 0 does not
         return f"Clip with min {node.attr('clip_min')}"
     return None
 
@@ -211,7 +251,7 @@ def quantize(graph, ranges, *, with_layers=False, per_channel=True):
     scale = {}                     # int8 tensor -> scale
     constants = dict(graph.constants)
     nodes, layers = [], []
-    acc_peaks = _accumulator_peaks(graph, ranges)
+    preact_peaks = _preact_peaks(graph, ranges)
 
     def tensor_scale(name):
         r = ranges.get(name)
@@ -255,29 +295,29 @@ def quantize(graph, ranges, *, with_layers=False, per_channel=True):
                 s_y = min(s_y, node.attr("clip_max") / 127.0)
             b = constants[inputs[2]] if inputs[2] else np.zeros(w.shape[0])
             r = as_int8(inputs[3]) if conv is not None and len(inputs) > 3 and inputs[3] else None
-            requant = _requant_per_channel if per_channel else _requant_per_tensor
-            wq, bq, channel_scale, attrs, s_w, error = requant(w, s_x, s_y, b, acc_peaks[node.name],
-                                                                scale[r] if r else None)
-            names = {k: f"{node.name}/{k}" for k in ("wq", "bq", "scale")}
-            constants[names["wq"]] = wq
-            constants[names["bq"]] = np.clip(bq, -2 ** 31, 2 ** 31 - 1).astype(np.int32)
-            attrs |= dict(relu=_relu(node), input_scale=s_x, weight_scale=s_w, output_scale=s_y)
-            q_inputs = [x, names["wq"], names["bq"]]
+            rq = (_requant_per_channel if per_channel else _requant_per_tensor)(
+                w, s_x, s_y, b, preact_peaks[node.name], scale[r] if r else None)
+            op = "QConv" if conv is not None else "QDense"
+            roles = dict(data=x, weight=f"{node.name}/wq", bias=f"{node.name}/bq", residual=r or "",
+                         scale=f"{node.name}/scale" if rq.scale is not None else "")
+            constants[roles["weight"]] = rq.weights
+            constants[roles["bias"]] = np.clip(rq.bias, -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+            if rq.scale is not None:
+                constants[roles["scale"]] = rq.scale
+            attrs = rq.attrs | dict(relu=_relu(node), input_scale=s_x, weight_scale=rq.weight_scale,
+                                    output_scale=s_y)
             if conv is not None:
-                attrs |= dict(conv, kernel=list(wq.shape[2:]))
-                q_inputs.append(r or "")
-            if channel_scale is not None:
-                constants[names["scale"]] = channel_scale
-                q_inputs.append(names["scale"])
+                attrs |= dict(conv, kernel=list(rq.weights.shape[2:]))
+            q_inputs = [roles[k] for k in LAYER_INPUTS[op]]
             while not q_inputs[-1]:
                 q_inputs.pop()
             q = f"{out}/q"
-            nodes.append(Node("QConv" if conv is not None else "QDense", q_inputs, [q], attrs, node.name))
+            nodes.append(Node(op, q_inputs, [q], attrs, node.name))
             scale[q] = s_y
             renamed[out] = q
-            layers.append(QuantLayer(node.name, node.op, s_x, s_w, s_y, attrs["mul"], attrs["shift"],
+            layers.append(QuantLayer(node.name, node.op, s_x, rq.weight_scale, s_y, attrs["mul"], attrs["shift"],
                                      attrs.get("residual_mul", 0), attrs.get("residual_shift", 0),
-                                     channel_scale is not None, error))
+                                     rq.scale is not None, rq.error))
         elif node.op in INT8_EXACT_OPS and inputs[0] in scale:
             q = f"{node.outputs[0]}/q"
             nodes.append(Node(node.op, [inputs[0]] + inputs[1:], [q], node.attrs, node.name))
@@ -297,17 +337,26 @@ def quantize(graph, ranges, *, with_layers=False, per_channel=True):
     return (q, layers) if with_layers else q
 
 
-def _accumulator_peaks(graph, ranges):
+def _preact_peaks(graph, ranges):
     """Per fused layer: the calibrated magnitude of ``acc + bias + residual`` (the output before its
     activation), in real units."""
-    return {n.name: max(ranges.get(f"{n.name}/preact", ranges.get(n.outputs[0], 0.0)), 1e-8)
-            for n in graph.nodes if n.op in ("TwConv", "TwDense")}
+    peaks = {}
+    for n in graph.nodes:
+        if n.op in ("TwConv", "TwDense"):
+            if f"{n.name}/preact" not in ranges:
+                raise ModelError(f"layer {n.name} has no calibrated pre-activation range (calibrate the graph "
+                                 f"it belongs to)")
+            peaks[n.name] = max(ranges[f"{n.name}/preact"], 1e-8)
+    return peaks
 
 
-def layer_report(float_graph, quant_graph, layers, feeds):
-    """``[(layer, SQNR dB of its output against the float model)]`` on one input."""
+def layer_report(float_graph, quant_graph, layers, feeds, *, quant_env=None):
+    """``[(layer, SQNR dB of its output against the float model)]`` on ``feeds``.
+
+    ``quant_env``: every tensor of ``quant_graph`` on ``feeds`` if already computed (``run_graph(keep=True)``).
+    """
     _, f_env = run_graph(float_graph, feeds, keep=True)
-    _, q_env = run_graph(quant_graph, feeds, keep=True)
+    q_env = quant_env if quant_env is not None else run_graph(quant_graph, feeds, keep=True)[1]
     by_name = {n.name: n for n in quant_graph.nodes}
     rows = []
     for layer in layers:

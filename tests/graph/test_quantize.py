@@ -37,21 +37,20 @@ def test_choose_requant_rejects_nonpositive_scales():
 
 
 @pytest.mark.parametrize("relu", [False, True])
-@pytest.mark.parametrize("residual_mul", [0, 7])
+@pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_qconv_host_op_is_the_accelerator_arithmetic(relu, residual_mul, per_channel):
-    rng = np.random.default_rng(residual_mul + relu)
+def test_qconv_host_op_is_the_accelerator_arithmetic(relu, residual, per_channel):
+    rng = np.random.default_rng(residual + 2 * relu)
     x = rng.integers(-128, 128, (2, 5, 7, 6), dtype=np.int8)
     w = rng.integers(-128, 128, (4, 5, 3, 3), dtype=np.int8)
     b = rng.integers(-2 ** 20, 2 ** 20, 4).astype(np.int32)
-    r = rng.integers(-128, 128, (2, 4, 4, 3), dtype=np.int8) if residual_mul else None
+    r = rng.integers(-128, 128, (2, 4, 4, 3), dtype=np.int8) if residual else None
     scale = rng.integers(0, 5000, 4).astype(np.int32) if per_channel else None
-    attrs = dict(stride=2, padding=1, kernel=[3, 3], mul=1234, shift=17, relu=relu, residual_mul=residual_mul,
-                 residual_shift=3)
-    node = Node("QConv", ["x", "w", "b", "r" if residual_mul else "", "s" if per_channel else ""], ["y"], attrs, "c")
+    attrs = dict(stride=2, padding=1, kernel=[3, 3], mul=1234, shift=17, relu=relu, residual_mul=7, residual_shift=3)
+    node = Node("QConv", ["x", "w", "b", "r" if residual else "", "s" if per_channel else ""], ["y"], attrs, "c")
     (got,) = run_node(node, [x, w, b, r, scale])
     want = conv2d_reference(x, w, b, stride=2, padding=1, mul=1234, shift=17, relu=relu, residual=r,
-                            residual_mul=residual_mul, residual_shift=3, scale=scale)
+                            residual_mul=7, residual_shift=3, scale=scale)
     np.testing.assert_array_equal(got, want)
 
 
@@ -79,7 +78,7 @@ def test_quantized_small_resnet_tracks_the_float_model(per_channel):
     rng = np.random.default_rng(5)
     calib = [rng.standard_normal((1, 3, 12, 12)).astype(np.float32) for _ in range(4)]
     q, layers = quantize(graph, calibrate(graph, calib), with_layers=True, per_channel=per_channel)
-    assert [n.op for n in q.nodes if n.op.startswith("Q") and n.op[1] != "u"].count("QConv") == 6
+    assert [n.op for n in q.nodes].count("QConv") == 6 and [n.op for n in q.nodes].count("QDense") == 1
     x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)        # not a calibration sample
     name = graph.outputs[0].name
     ref, got = run_graph(graph, {"input": x})[name], run_graph(q, {"input": x})[name]
@@ -87,7 +86,9 @@ def test_quantized_small_resnet_tracks_the_float_model(per_channel):
     assert sqnr_db(ref, got) > 20
     rows = layer_report(graph, q, layers, {"input": x})
     assert len(rows) == 7 and all(db > 15 for _, db in rows)
-    assert all(layer.multiplier_error < 2e-3 and layer.per_channel == per_channel for layer in layers)
+    # per-tensor: the residual joins at the accumulator's scale, so its integer factor is coarser
+    assert all(layer.multiplier_error < (1e-3 if per_channel else 5e-3) for layer in layers)
+    assert all(layer.per_channel == per_channel for layer in layers)
     scales = [n for n in q.nodes if n.op in ("QConv", "QDense") and n.inputs[-1].endswith("/scale")]
     assert len(scales) == (7 if per_channel else 0)
 

@@ -42,7 +42,7 @@ def test_accelerator_equals_the_quantized_graph_on_the_host(calib, per_channel):
     got, rows = compiled.run(x, profile=True)
     np.testing.assert_array_equal(got[name], run_graph(oracle, {"input": x})[name])
     assert sqnr_db(run_graph(graph, {"input": x})[name], got[name]) > 20
-    assert {r["where"] for r in rows} == {"accelerator", "host"} and all(r["seconds"] >= 0 for r in rows)
+    assert {r["where"] for r in rows} == {"accelerator", "host"}
     assert sum(r["macs"] for r in rows) == sum(s.macs for s in compiled.steps) > 0
 
 
@@ -190,7 +190,7 @@ def _cli(*args):
 
 
 @pytest.mark.parametrize("case", ["truncated onnx", "unsupported op", "wrong shape", "corrupted twm", "wrong dtype",
-                                  "missing input file"])
+                                  "missing input file", "truncated npz", "bad batch"])
 def test_cli_bad_inputs_are_one_line_errors(files, case):
     d = files
     if case == "truncated onnx":
@@ -210,6 +210,14 @@ def test_cli_bad_inputs_are_one_line_errors(files, case):
     elif case == "wrong dtype":
         np.save(d / "int.npy", np.zeros((1, 3, 12, 12), np.int8))
         r, what = _cli("run", d / "m.twm", "--input", d / "int.npy"), "dtype int8"
+    elif case == "truncated npz":
+        np.savez(d / "in.npz", input=np.load(d / "x.npy"))
+        (d / "t.npz").write_bytes((d / "in.npz").read_bytes()[:200])
+        r, what = _cli("run", d / "m.twm", "--input", d / "t.npz"), "t.npz"
+    elif case == "bad batch":
+        r, what = _cli("compile", d / "m.onnx", "-o", d / "b.twm", "--batch", "-1"), "--batch"
+        assert r.returncode == 2 and "not a positive integer" in r.stderr     # argparse's usage error
+        return
     else:
         r, what = _cli("run", d / "m.twm", "--input", d / "nothing.npy"), "nothing.npy"
     assert r.returncode == 1, r.stderr
@@ -286,3 +294,44 @@ def test_qdq_model_runs_on_the_accelerator_with_its_own_scales():
     # the accelerator's integer rescale vs ONNX's float one: at most a step apart per layer
     assert np.abs(m.run(x)["y"] - expected).max() <= 2 * scales["s_out"] + 1e-6
     assert sqnr_db(expected, m.run(x)["y"]) > 30
+
+
+def test_duplicate_onnx_node_names_get_distinct_layers(calib):
+    """ONNX does not require unique node names; two layers called "conv" must keep their own weights."""
+    model = small_resnet()
+    for n in model.graph.node:
+        if n.op_type == "Conv":
+            n.name = "conv"
+    m = compile_model(model.SerializeToString(), "default", calibration=calib)
+    names = [s.name for s in m.steps if s.where == "accelerator"]
+    assert len(names) == len(set(names)) == 7
+    x = np.random.default_rng(12).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    name = m.graph.outputs[0].name
+    assert sqnr_db(run_graph(load_onnx(model.SerializeToString()), {"input": x})[name], m.run(x)[name]) > 20
+
+
+def test_clip_with_only_an_upper_bound_stays_on_the_host():
+    model = _one_conv()
+    model.graph.node[1].CopyFrom(helper.make_node("Clip", ["c", "", "hi"], ["y"], name="clip"))
+    model.graph.initializer.append(numpy_helper.from_array(np.array(0.5, np.float32), "hi"))
+    m = compile_model(model.SerializeToString(), "default")
+    assert [(s.where, s.why) for s in m.steps] == [("host", "Clip with min -inf")]
+    x = np.random.default_rng(13).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(m.run(x)["y"], run_graph(load_onnx(model.SerializeToString()), {"x": x})["y"],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_configs_other_than_int8_int32_are_refused(tmp_path):
+    path = tmp_path / "acc16.toml"
+    path.write_text('base = "small"\nacc_width = 16\n')
+    with pytest.raises(ModelError, match=r"widths \(8, 8, 16, 8\)"):
+        compile_model(small_resnet().SerializeToString(), str(path))
+
+
+def test_percentile_calibration_keeps_the_overflow_bound_at_the_maximum(calib):
+    graph = simplify(load_onnx(small_resnet().SerializeToString()))
+    feeds = [calib[i:i + 1] for i in range(8)]
+    peaks, pct = calibrate(graph, feeds, "max"), calibrate(graph, feeds, "percentile", percentile=90.0)
+    preacts = [k for k in peaks if k.endswith("/preact")]
+    assert len(preacts) == 7 and all(pct[k] == peaks[k] for k in preacts)
+    assert all(pct[k] < peaks[k] for k in peaks if not k.endswith("/preact") and peaks[k] > 0)
