@@ -341,7 +341,8 @@ def _positive_int(text):
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="tilewright", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="tilewright", description="Tilewright: an accelerator, its simulators, "
+                                "its compiler and models on it.")
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_config(sp, default=None):

@@ -342,6 +342,73 @@ def _im2col(node, x):
     return [np.ascontiguousarray(windows.transpose(0, 1, 4, 5, 2, 3)).reshape(n, -1, oh, ow)]
 
 
+# -- shape and elementwise glue that exporters emit around the layers ---------------------------
+
+def _axes(node, axes, opset, first_input_opset=13):
+    """An op's axes: an input from ``first_input_opset`` on, an attribute before."""
+    if opset < first_input_opset:
+        return node.attr("axes")
+    return None if axes is None else [int(a) for a in np.asarray(axes).ravel()]
+
+
+def _shape(node, x):
+    start, end = node.attr("start", 0), node.attr("end")
+    return [np.array(x.shape[start:end], dtype=np.int64)]
+
+
+def _unsqueeze(node, x, axes=None, opset=17):
+    axes = _axes(node, axes, opset)
+    rank = x.ndim + len(axes)
+    for a in sorted(a % rank for a in axes):
+        x = np.expand_dims(x, a)
+    return [x]
+
+
+def _squeeze(node, x, axes=None, opset=17):
+    axes = _axes(node, axes, opset)
+    return [np.squeeze(x, axis=None if axes is None else tuple(a % x.ndim for a in axes))]
+
+
+def _div(node, a, b):
+    if np.issubdtype(a.dtype, np.integer):        # C-style: truncate toward zero
+        q = np.floor_divide(a, b)
+        return [(q + ((np.remainder(a, b) != 0) & ((a < 0) ^ (b < 0)))).astype(a.dtype)]
+    return [np.divide(a, b).astype(a.dtype)]
+
+
+def _pad(node, x, pads=None, value=None, axes=None, opset=17):
+    pads = node.attr("pads") if opset < 11 else [int(p) for p in pads]
+    value = node.attr("value", 0.0) if opset < 11 else (0 if value is None else value.item())
+    axes = list(range(x.ndim)) if axes is None else [int(a) % x.ndim for a in np.asarray(axes).ravel()]
+    widths = [(0, 0)] * x.ndim
+    for k, a in enumerate(axes):
+        widths[a] = (pads[k], pads[k + len(axes)])
+    if any(lo < 0 or hi < 0 for lo, hi in widths):
+        raise ModelError(f"node {node}: negative pads (cropping) are not supported")
+    mode = node.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        raise ModelError(f"node {node}: pad mode {mode!r} is not supported")
+    kw = {"constant_values": value} if mode == "constant" else {}
+    return [np.pad(x, widths, mode=mode, **kw).astype(x.dtype)]
+
+
+def _reduce_mean(node, x, axes=None, opset=17):
+    axes = _axes(node, axes, opset, first_input_opset=18)
+    if not axes and node.attr("noop_with_empty_axes", 0):
+        return [x]
+    y = x.astype(np.float64).mean(axis=None if not axes else tuple(axes), keepdims=bool(node.attr("keepdims", 1)))
+    return [np.asarray(y).astype(x.dtype)]
+
+
+def _cast(node, x):
+    from onnx import helper
+    return [x.astype(helper.tensor_dtype_to_np_dtype(node.attr("to")))]
+
+
+#: Operators whose meaning depends on the opset (run_node passes it).
+_OPSET_DEPENDENT = {"Unsqueeze", "Squeeze", "Pad", "ReduceMean"}
+
+
 HOST_OPS = {
     "Conv": _conv,
     "ConvInteger": _conv_integer,
@@ -364,6 +431,19 @@ HOST_OPS = {
     "QuantizeLinear": _quantize,
     "DequantizeLinear": _dequantize,
     "Identity": lambda node, x: [x],
+    "Shape": _shape,
+    "Gather": lambda node, x, i: [np.take(x, i.astype(np.int64), axis=node.attr("axis", 0))],
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+    "Transpose": lambda node, x: [np.transpose(x, node.attr("perm"))],
+    "Mul": lambda node, a, b: [np.multiply(a, b).astype(a.dtype)],
+    "Sub": lambda node, a, b: [np.subtract(a, b).astype(a.dtype)],
+    "Div": _div,
+    "Sigmoid": lambda node, x: [(1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(x.dtype)],
+    "LeakyRelu": lambda node, x: [np.where(x >= 0, x, x * np.asarray(node.attr("alpha", 0.01), x.dtype))],
+    "Pad": _pad,
+    "ReduceMean": _reduce_mean,
+    "Cast": _cast,
     "Dropout": lambda node, x, *_: [x] + [np.ones(x.shape, dtype=bool)] * (len(node.outputs) - 1),
     # Tilewright's fused operators (graph.passes.fuse), in float
     "TwConv": _tw_fused,
@@ -385,6 +465,8 @@ def run_node(node, values, opset=17):
     try:
         if node.op == "Softmax":
             return _softmax(node, *values, opset)
+        if node.op in _OPSET_DEPENDENT:
+            return HOST_OPS[node.op](node, *values, opset=opset)
         return HOST_OPS[node.op](node, *values)
     except ModelError:
         raise

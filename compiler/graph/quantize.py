@@ -37,7 +37,7 @@ __all__ = ["calibrate", "quantize", "choose_requant", "host_reason", "LAYER_INPU
            "INT8_EXACT_OPS", "OVERFLOW_MARGIN"]
 
 #: Host operators that act on int8 values exactly as on the floats they stand for (same scale).
-INT8_EXACT_OPS = {"MaxPool", "Flatten", "Reshape", "Relu"}
+INT8_EXACT_OPS = {"MaxPool", "Flatten", "Reshape", "Relu", "Transpose", "Squeeze", "Unsqueeze"}
 #: Calibrated accumulator magnitudes are multiplied by this before they bound ``mul``.
 OVERFLOW_MARGIN = 4.0
 MUL_MAX = (1 << 15) - 1

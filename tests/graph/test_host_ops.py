@@ -275,3 +275,95 @@ def test_constant_nodes_become_constants():
     x = randf(2, 3)
     np.testing.assert_allclose(run_graph(g, {"x": x})["y"], ReferenceEvaluator(model).run(None, {"x": x})[0])
     assert onnx.checker.check_model(model) is None
+
+
+# -- shape and elementwise glue ------------------------------------------------------------------
+
+@pytest.mark.parametrize("attrs", [{}, dict(start=1), dict(start=-3, end=-1)])
+def test_shape(attrs):
+    check("Shape", {"x": randf(2, 3, 4, 5)}, attrs, opset=19)
+
+
+@pytest.mark.parametrize("axis,indices", [(0, [1, 0]), (1, [[0, 2], [-1, 1]]), (2, 3)])
+def test_gather(axis, indices):
+    check("Gather", {"x": randf(2, 3, 4)}, dict(axis=axis), {"i": np.array(indices, dtype=np.int64)})
+
+
+@pytest.mark.parametrize("axes", [[0], [1, -1], [-2, 0]])
+def test_unsqueeze(axes):
+    check("Unsqueeze", {"x": randf(3, 4)}, None, {"a": np.array(axes, dtype=np.int64)})
+
+
+def test_unsqueeze_and_squeeze_before_opset_13_take_attributes():
+    x = randf(3, 1, 4)
+    for op, attrs in (("Unsqueeze", dict(axes=[0, 3])), ("Squeeze", dict(axes=[1]))):
+        expected = ReferenceEvaluator(model_of(op, {"x": x}, attrs, opset=11)).run(None, {"x": x})[0]
+        model = typed(model_of(op, {"x": x}, attrs, opset=11), expected)
+        np.testing.assert_array_equal(run_graph(load_onnx(model.SerializeToString()), {"x": x})["y0"], expected)
+
+
+@pytest.mark.parametrize("axes", [None, [1], [-1, 1]])
+def test_squeeze(axes):
+    consts = {} if axes is None else {"a": np.array(axes, dtype=np.int64)}
+    check("Squeeze", {"x": randf(2, 1, 3, 1)}, None, consts)
+
+
+@pytest.mark.parametrize("perm", [None, [0, 2, 3, 1]])
+def test_transpose(perm):
+    check("Transpose", {"x": randf(2, 3, 4, 5)}, None if perm is None else dict(perm=perm))
+
+
+@pytest.mark.parametrize("op", ["Mul", "Sub", "Div"])
+def test_binary_float(op):
+    check(op, {"a": randf(2, 3, 4), "b": randf(3, 1) + 3.0})
+
+
+def test_integer_division_truncates_toward_zero():
+    check("Div", {"a": np.array([7, -7, 7, -7, 6], np.int32), "b": np.array([2, 2, -2, -2, 3], np.int32)})
+
+
+@pytest.mark.parametrize("op,attrs", [("Sigmoid", {}), ("LeakyRelu", {}), ("LeakyRelu", dict(alpha=0.2))])
+def test_activations(op, attrs):
+    check(op, {"x": randf(3, 4) * 4}, attrs)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad(mode):
+    consts = {"p": np.array([0, 1, 2, 0, 0, 2, 1, 0], np.int64)}
+    if mode == "constant":
+        consts["v"] = np.array(1.5, F)
+    check("Pad", {"x": randf(2, 3, 4, 5)}, dict(mode=mode), consts)
+
+
+def test_pad_on_chosen_axes():
+    check("Pad", {"x": randf(2, 3, 4)}, None, {"p": np.array([1, 2, 3, 0], np.int64), "v": np.array(0.0, F),
+                                              "a": np.array([2, 0], np.int64)}, opset=18)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("axes", [[2, 3], [-1]])
+def test_reduce_mean(keepdims, axes):
+    check("ReduceMean", {"x": randf(2, 3, 4, 5)}, dict(keepdims=keepdims), {"a": np.array(axes, np.int64)}, opset=18)
+    check("ReduceMean", {"x": randf(2, 3, 4, 5)}, dict(keepdims=keepdims, axes=axes), opset=13)
+
+
+@pytest.mark.parametrize("to", [TensorProto.INT32, TensorProto.FLOAT16, TensorProto.INT8])
+def test_cast(to):
+    check("Cast", {"x": randf(3, 4) * 50}, dict(to=to))
+
+
+def test_flatten_as_pytorch_exports_view():
+    """x.view(x.size(0), -1): Shape → Gather → Unsqueeze → Concat → Reshape, all on the host."""
+    x = randf(2, 3, 4, 4)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y0"])]
+    consts = {"zero": np.array(0, np.int64), "ax0": np.array([0], np.int64), "minus1": np.array([-1], np.int64)}
+    graph = helper.make_graph(nodes, "view", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y0", TensorProto.FLOAT, [2, 48])],
+                              [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    np.testing.assert_array_equal(run_graph(load_onnx(model.SerializeToString()), {"x": x})["y0"],
+                                  ReferenceEvaluator(model).run(None, {"x": x})[0])
