@@ -318,6 +318,8 @@ def quantize(graph, ranges, *, with_layers=False, per_channel=True):
             layers.append(QuantLayer(node.name, node.op, s_x, rq.weight_scale, s_y, attrs["mul"], attrs["shift"],
                                      attrs.get("residual_mul", 0), attrs.get("residual_shift", 0),
                                      rq.scale is not None, rq.error))
+        elif node.op == "Shape":        # reads only the shape: the int8 tensor will do
+            nodes.append(Node(node.op, inputs, node.outputs, node.attrs, node.name))
         elif node.op in INT8_EXACT_OPS and inputs[0] in scale:
             q = f"{node.outputs[0]}/q"
             nodes.append(Node(node.op, [inputs[0]] + inputs[1:], [q], node.attrs, node.name))

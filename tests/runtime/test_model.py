@@ -335,3 +335,29 @@ def test_percentile_calibration_keeps_the_overflow_bound_at_the_maximum(calib):
     preacts = [k for k in peaks if k.endswith("/preact")]
     assert len(preacts) == 7 and all(pct[k] == peaks[k] for k in preacts)
     assert all(pct[k] < peaks[k] for k in peaks if not k.endswith("/preact") and peaks[k] > 0)
+
+
+def test_pytorch_style_view_glue_runs_around_the_accelerator():
+    """conv → relu → x.view(n, -1) (Shape/Gather/Unsqueeze/Concat/Reshape) → fc with a dynamic batch."""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(14)
+    consts = {"w1": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+              "w2": (rng.standard_normal((10, 128)) * 0.1).astype(np.float32),
+              "zero": np.array(0, np.int64), "ax0": np.array([0], np.int64), "m1": np.array([-1], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Shape", ["r"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+             helper.make_node("Concat", ["n1", "m1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["r", "shape"], ["f"]),
+             helper.make_node("Gemm", ["f", "w2"], ["y"], transB=1, name="fc")]
+    g = helper.make_graph(nodes, "view", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m = compile_model(model.SerializeToString(), "default",
+                      calibration=rng.standard_normal((16, 3, 8, 8)).astype(np.float32))
+    assert [s.name for s in m.steps if s.where == "accelerator"] == ["conv", "fc"]
+    assert [s.node.op for s in m.steps].count("DequantizeLinear") == 1        # the output only
+    x = rng.standard_normal((5, 3, 8, 8)).astype(np.float32)
+    assert sqnr_db(ReferenceEvaluator(model).run(None, {"x": x})[0], m.run(x)["y"]) > 20
