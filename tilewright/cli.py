@@ -199,7 +199,8 @@ def cmd_compile(args):
         raise CliError(f"cannot write {args.output}: no directory {Path(args.output).parent}")
     print(f"compiling {args.model} for config {cfg.name} ({cfg.tag})", flush=True)
     try:
-        model = compile_model(Path(args.model), cfg, calibration=calibration, method=args.method, batch=args.batch,
+        model = compile_model(Path(args.model), cfg, calibration=calibration, method=args.method,
+                              percentile=args.percentile, batch=args.batch,
                               per_channel=args.weights == "per-channel", on_host=args.host or (), log=lambda line: print(line, flush=True), progress=True)
         layers = model.meta.get("layers", [])
         if layers:
@@ -389,6 +390,8 @@ def _parser():
     sp.add_argument("-o", "--output", required=True, help="compiled model file (.twm)")
     sp.add_argument("--calib", help="calibration samples: .npy (N × input shape) or .npz by input name")
     sp.add_argument("--method", choices=["max", "percentile"], default="max", help="calibration method")
+    sp.add_argument("--percentile", type=float, default=99.99,
+                    help="with --method percentile: the percentile of |x| taken as the range (default 99.99)")
     sp.add_argument("--weights", choices=["per-channel", "per-tensor"], default="per-channel",
                     help="int8 weight scales: one per output channel (default) or one per layer")
     sp.add_argument("--batch", type=_positive_int, help="batch size to compile a dynamic batch dimension for "

@@ -58,6 +58,8 @@ def calibrate(graph, samples, method="max", percentile=99.99, seed=0):
     """
     if method not in ("max", "percentile"):
         raise ModelError(f"calibration method {method!r}: use 'max' or 'percentile'")
+    if method == "percentile" and not 0 < percentile <= 100:
+        raise ModelError(f"percentile {percentile}: must be in (0, 100]")
     rng = np.random.default_rng(seed)
     peaks, pools, count = {}, {}, 0
     for feeds in _feeds(graph, samples):

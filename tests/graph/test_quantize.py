@@ -102,6 +102,8 @@ def test_percentile_calibration_clips_below_the_maximum():
     assert any(pct[k] < 0.9 * peaks[k] for k in pct)
     with pytest.raises(ModelError, match="calibration method"):
         calibrate(graph, calib, "mean")
+    with pytest.raises(ModelError, match=r"percentile 150: must be in \(0, 100\]"):
+        calibrate(graph, calib, "percentile", percentile=150)
     with pytest.raises(ModelError, match="at least one sample"):
         calibrate(graph, [])
 
