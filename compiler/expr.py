@@ -13,7 +13,7 @@ import itertools
 
 __all__ = ["Expr", "Var", "Const", "Binary", "Cast", "Select", "Load", "Reduce", "as_expr", "const",
            "min_", "max_", "select", "cast", "all_of", "evaluate", "substitute", "linear", "simplify",
-           "free_vars", "interval", "map_loads"]
+           "free_vars", "interval", "map_loads", "strip_casts"]
 
 _counter = itertools.count()
 
@@ -97,6 +97,13 @@ class Cast(Expr):
 
     def __init__(self, dtype, value):
         self.dtype, self.value = dtype, as_expr(value)
+
+
+def strip_casts(e):
+    """``e`` without the casts wrapped around it (the passes match on the value underneath)."""
+    while isinstance(e, Cast):
+        e = e.value
+    return e
 
 
 class Select(Expr):

@@ -107,6 +107,13 @@ def _epilogue(acc, spec, terms):
     return max_(min_(v, 127), 0 if spec.relu else -128)
 
 
+def _check_packed(cfg, **dims):
+    """The batch, input and output dimensions (in that order) must be multiples of the config's blocks."""
+    for (name, n), block in zip(dims.items(), (cfg.batch, cfg.block_in, cfg.block_out)):
+        if n % block:
+            raise ScheduleError(f"{name}={n} is not a multiple of {block}; pack with runtime.layout first")
+
+
 def _divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -228,11 +235,7 @@ def conv_tiles(spec, cfg, threads=None):
 def conv2d(spec, config="default", tiles=None):
     """``(schedule, inputs, output)`` of a packed conv2d with its default (or given) schedule."""
     cfg = load_config(config)
-    c = cfg
-    for name, n, block in (("batch", spec.batch, c.batch), ("in_channels", spec.in_channels, c.block_in),
-                           ("out_channels", spec.out_channels, c.block_out)):
-        if n % block:
-            raise ScheduleError(f"{name}={n} is not a multiple of {block}; pack with runtime.layout first")
+    _check_packed(cfg, batch=spec.batch, in_channels=spec.in_channels, out_channels=spec.out_channels)
     if spec.out_height < 1 or spec.out_width < 1:
         raise ScheduleError(f"kernel {spec.kernel} does not fit the padded {spec.height}x{spec.width} input")
     t = tiles or conv_tiles(spec, cfg)
@@ -336,11 +339,7 @@ def dense_tiles(spec, cfg, threads=None):
 def dense(spec, config="default", tiles=None):
     """``(schedule, inputs, output)`` of a packed dense layer with its default (or given) schedule."""
     cfg = load_config(config)
-    c = cfg
-    for name, n, block in (("batch", spec.batch, c.batch), ("in_features", spec.in_features, c.block_in),
-                           ("out_features", spec.out_features, c.block_out)):
-        if n % block:
-            raise ScheduleError(f"{name}={n} is not a multiple of {block}; pack with runtime.layout first")
+    _check_packed(cfg, batch=spec.batch, in_features=spec.in_features, out_features=spec.out_features)
     t = tiles or dense_tiles(spec, cfg)
     inputs, out, (prod, res) = dense_compute(spec, cfg)
     s = create_schedule(out)

@@ -31,7 +31,7 @@ _CONTROL = [
     Register("insn_addr", 0x08, "rw", "byte address of the first instruction"),
     Register("insn_count", 0x0C, "rw", "number of instructions"),
     Register("error_index", 0x10, "r", "index of the instruction that stopped the run with an error"),
-    Register("fingerprint", 0x14, "r", "low 32 bits of the config fingerprint"),
+    Register("fingerprint", 0x14, "r", "the config fingerprint's first 32 bits (its first 8 hex digits)"),
 ]
 
 #: Counters of the last run, all 32 bits wide (wrapping), from 0x20 up.
@@ -106,12 +106,14 @@ class RegisterFile(wiring.Component):
         with m.If(take_write):
             m.d.sync += b_pending.eq(1)
             with m.Switch(bus.awaddr[2:]):
-                with m.Case(0x00 >> 2):
-                    m.d.comb += self.start.eq(bus.wdata[0] & bus.wstrb[0])
-                with m.Case(0x08 >> 2):
-                    m.d.sync += self.insn_addr.eq(bus.wdata)
-                with m.Case(0x0C >> 2):
-                    m.d.sync += self.insn_count.eq(bus.wdata)
+                for reg in REGISTERS:
+                    if "w" not in reg.access:
+                        continue
+                    with m.Case(reg.offset >> 2):
+                        if reg.name == "control":
+                            m.d.comb += self.start.eq(bus.wdata[0] & bus.wstrb[0])
+                        else:           # insn_addr, insn_count
+                            m.d.sync += getattr(self, reg.name).eq(bus.wdata)
         # Reads: one register per request, answered the next cycle.
         r_pending = Signal()
         m.d.comb += [bus.arready.eq(~r_pending), bus.rvalid.eq(r_pending), bus.rresp.eq(0)]

@@ -204,6 +204,8 @@ class Datapath(wiring.Component):
             "gemm_uops": compute.retire_gemm, "alu_uops": compute.retire_alu,
             "insns_load": load.retired, "insns_compute": compute.retired, "insns_store": store.retired,
         }
+        # every counter but the cycle count has its event here: a missing one would count nothing, silently
+        assert set(events) == {name for name, _ in COUNTERS} - {"cycles"}, set(events) ^ {n for n, _ in COUNTERS}
         for name, value in events.items():
             m.d.comb += getattr(self, f"event_{name}").eq(value)
         for name, unit in (("load", load), ("compute", compute), ("store", store)):

@@ -22,11 +22,20 @@ __all__ = ["build_harness", "FastSim", "FastRun", "HARNESS"]
 HARNESS = Path(__file__).with_name("harness.cpp")
 
 
-def build_harness(cfg, *, quiet=True):
+def _register_defines():
+    """The register offsets the harness uses, as -D flags from the one register map."""
+    from tilewright.hw.regs import COUNTERS, REGISTERS
+    offset = {r.name: r.offset for r in REGISTERS}
+    names = ("control", "status", "insn_addr", "insn_count", "error_index")
+    return " ".join([f"-DREG_{n.upper()}={offset[n]:#x}" for n in names] + [f"-DREG_COUNTERS={offset[COUNTERS[0][0]]:#x}"])
+
+
+def build_harness(cfg):
     """Path to the harness executable for ``cfg`` (built on first use)."""
     text = verilog_source(cfg)
     source = HARNESS.read_text()
-    digest = hashlib.sha256(text.encode() + source.encode() + " ".join(BUILD_ARGS).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(text.encode() + source.encode() + " ".join(BUILD_ARGS).encode()
+                            + _register_defines().encode()).hexdigest()[:16]
     build_dir = cache_dir() / f"fast-{cfg.tag}-{cfg.fingerprint[:8]}-{digest}"
     exe = build_dir / "obj_dir" / "tw_harness"
     if exe.exists():
@@ -35,7 +44,7 @@ def build_harness(cfg, *, quiet=True):
     (build_dir / "top.v").write_text(text)
     _verilator_env()
     cmd = ["verilator", "--cc", "--exe", "--build", "-j", str(os.cpu_count() or 2), *BUILD_ARGS,
-           "--top-module", "top", "top.v", str(HARNESS), "-CFLAGS", f"-DBUS_BYTES={cfg.bus_bytes} -O2",
+           "--top-module", "top", "top.v", str(HARNESS), "-CFLAGS", f"-DBUS_BYTES={cfg.bus_bytes} {_register_defines()} -O2",
            "--Mdir", "obj_dir", "-o", "tw_harness"]
     log = build_dir / "build.log"
     with open(log, "w") as f:
@@ -87,9 +96,6 @@ class FastSim:
         path = Path(self.tmp.name) / "in.bin"
         path.write_bytes(bytes(data))
         self._call(f"write {addr} {path}")
-
-    def zero(self, addr, nbytes):
-        self._call(f"zero {addr} {nbytes}")
 
     def read(self, addr, nbytes):
         path = Path(self.tmp.name) / "out.bin"

@@ -481,14 +481,17 @@ class FunctionalSimulator:
         if not insn.uop_count:
             return _GemmPlan()
         dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
-        if insn.overwrite:                  # each micro-op's own product, in execution order
+        overwrite = insn.overwrite
+        if overwrite and not _distinct(dst.all()):
+            # a row written by several micro-ops keeps the last one's product: each micro-op's own product
             rows = dst.all()
             return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), overwrite=True, **_scatter(rows))
+        # (with distinct rows every group below is one micro-op, so overwriting is writing its product)
         S, s_pos = src.distinct_offsets()
         W, w_pos = wgt.distinct_offsets()
         if S.size * W.size > 2 * dst.positions:
             rows = dst.all()
-            return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), **_scatter(rows))
+            return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), overwrite=overwrite, **_scatter(rows))
         ud, us, uw = dst.uops, src.uops, wgt.uops
         if ud.min() == ud.max():            # the usual kernel: one reduction
             groups = [np.arange(ud.size)[None, :]]
@@ -503,7 +506,7 @@ class FunctionalSimulator:
             plans.append(_ProductGroup(_rows(inp.ravel()), inp.shape, wgt_index, wgt_index.tobytes(),
                                        s_pos, w_pos))
             rows.append(dst.offsets()[:, None] + ud[members[:, 0]][None, :])     # (L, G)
-        return _GemmPlan(groups=plans, **_scatter(np.concatenate(rows, axis=1).ravel()))
+        return _GemmPlan(groups=plans, overwrite=overwrite, **_scatter(np.concatenate(rows, axis=1).ravel()))
 
     def _products(self, g):
         """Sums of one product group, (L, G, batch, block_out) as float64."""

@@ -5,10 +5,9 @@
 // beat per cycle), and its AXI4-Lite registers by a small manager. The host
 // talks to this process over stdin/stdout, one command per line:
 //
-//   mem SIZE NCOUNTERS         allocate SIZE bytes of DRAM; counters 0x20.. to read after a run
+//   mem SIZE NCOUNTERS         allocate SIZE bytes of DRAM; counters (from REG_COUNTERS) to read after a run
 //   latency CYCLES             read latency (from address accepted to first data beat)
 //   write ADDR PATH            copy a file into DRAM
-//   zero ADDR LEN              clear DRAM bytes
 //   read ADDR LEN PATH         copy DRAM bytes to a file
 //   run ADDR COUNT MAXCYCLES [TRACE]
 //                              run COUNT instructions at ADDR until done (or MAXCYCLES);
@@ -18,6 +17,7 @@
 //   quit
 //
 // Accesses beyond the DRAM size answer SLVERR, as the cocotb bench does.
+// BUS_BYTES and the REG_* register offsets come from the build (sim/fast.py, from hw/regs.REGISTERS).
 
 #include <cstdint>
 #include <cstdio>
@@ -276,15 +276,6 @@ int main(int argc, char** argv) {
             }
             std::memcpy(&h.dram[addr], data.data(), data.size());
             std::cout << "ok" << std::endl;
-        } else if (cmd == "zero") {
-            uint64_t addr, len;
-            in >> addr >> len;
-            if (!h.in_range(addr, len)) {
-                std::cout << "error zero beyond DRAM" << std::endl;
-                continue;
-            }
-            std::memset(&h.dram[addr], 0, len);
-            std::cout << "ok" << std::endl;
         } else if (cmd == "read") {
             uint64_t addr, len;
             std::string path;
@@ -303,9 +294,9 @@ int main(int argc, char** argv) {
             std::string trace_path;
             in >> addr >> count >> max_cycles >> trace_path;
             h.trace = trace_path.empty() ? nullptr : std::fopen(trace_path.c_str(), "w");
-            h.lite_write(0x08, uint32_t(addr));
-            h.lite_write(0x0C, uint32_t(count));
-            h.lite_write(0x00, 1);
+            h.lite_write(REG_INSN_ADDR, uint32_t(addr));
+            h.lite_write(REG_INSN_COUNT, uint32_t(count));
+            h.lite_write(REG_CONTROL, 1);
             uint64_t start = h.cycle;
             bool timed_out = false;
             h.tick();                         // done drops in the cycle after the start write
@@ -318,9 +309,9 @@ int main(int argc, char** argv) {
             }
             if (h.trace) std::fclose(h.trace);
             h.trace = nullptr;
-            uint32_t status = h.lite_read(0x04), index = h.lite_read(0x10);
+            uint32_t status = h.lite_read(REG_STATUS), index = h.lite_read(REG_ERROR_INDEX);
             std::cout << "ok " << status << " " << index << " " << (h.cycle - start) << " " << timed_out;
-            for (unsigned k = 0; k < h.ncounters; k++) std::cout << " " << h.lite_read(0x20 + 4 * k);
+            for (unsigned k = 0; k < h.ncounters; k++) std::cout << " " << h.lite_read(REG_COUNTERS + 4 * k);
             std::cout << std::endl;
         } else if (cmd == "quit") {
             break;

@@ -8,6 +8,7 @@ DRAM and the register bus played by cocotbext-axi models, and returns final
 DRAM images, status and counters.
 """
 
+import functools
 import hashlib
 import os
 import pickle
@@ -45,8 +46,12 @@ def _verilator_env():
     os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2"
 
 
+@functools.lru_cache(maxsize=8)
 def verilog_source(cfg):
-    """Verilog of the :class:`~tilewright.hw.top.Accelerator` for ``cfg`` (top module ``top``)."""
+    """Verilog of the :class:`~tilewright.hw.top.Accelerator` for ``cfg`` (top module ``top``).
+
+    Cached per config for the process (the conversion takes seconds; build caches compare its text).
+    """
     from amaranth.back import verilog
 
     from tilewright.hw.top import Accelerator

@@ -19,7 +19,7 @@ import itertools
 from tilewright.isa import IMM_BITS, AluOp
 
 from .. import ir
-from ..expr import Binary, Cast, Const, Load, Var, as_expr, evaluate, free_vars, linear, simplify, substitute
+from ..expr import Binary, Const, Load, Var, as_expr, evaluate, free_vars, linear, simplify, strip_casts, substitute
 from ..schedule import ScheduleError
 
 __all__ = ["AluLoweringError", "lower_alu", "fold_loops", "fuse_requant"]
@@ -31,12 +31,6 @@ IMM_MIN, IMM_MAX = -(1 << (IMM_BITS - 1)), (1 << (IMM_BITS - 1)) - 1
 
 class AluLoweringError(ScheduleError):
     """An epilogue the ALU cannot compute in place."""
-
-
-def _strip(e):
-    while isinstance(e, Cast):
-        e = e.value
-    return e
 
 
 def _is_target(e, target):
@@ -53,12 +47,12 @@ def _mentions(e, buffer):
 
 def _chain(e, target, name):
     """``[(AluOp, operand)]`` applying which to ``target`` in order yields ``e``."""
-    e = _strip(e)
+    e = strip_casts(e)
     if _is_target(e, target):
         return []
     if not (isinstance(e, Binary) and e.op in ("+", "-", "*", ">>", "<<", "min", "max")):
         raise AluLoweringError(f"{name}: the ALU cannot compute {e}")
-    inner, operand = _strip(e.a), _strip(e.b)
+    inner, operand = strip_casts(e.a), strip_casts(e.b)
     if not _mentions(inner, target.source):
         if e.op not in _COMMUTATIVE:
             raise AluLoweringError(f"{name}: {e} must apply to the accumulator on its left")

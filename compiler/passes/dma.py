@@ -12,8 +12,8 @@ loops turn into pad counts evaluated per tile.
 from tilewright.isa import MemType
 
 from .. import ir
-from ..expr import (Binary, Cast, Const, Load, Select, Var, as_expr, free_vars, linear, max_, min_, simplify,
-                    substitute)
+from ..expr import (Binary, Const, Load, Select, Var, as_expr, free_vars, linear, max_, min_, simplify,
+                    strip_casts, substitute)
 from ..schedule import ScheduleError
 
 __all__ = ["DmaError", "inject_dma"]
@@ -30,12 +30,6 @@ def inject_dma(func, cfg):
             return _copy_to_dma(node.body, cfg)
         return None
     return func.with_body(ir.transform(func.body, rewrite))
-
-
-def _strip(e):
-    while isinstance(e, Cast):
-        e = e.value
-    return e
 
 
 def _bounds(cond, loop_vars):
@@ -86,12 +80,12 @@ def _copy_to_dma(nest, cfg):
         node = node.body
     if not isinstance(node, ir.Store):
         raise DmaError(f"a dma_copy nest must end in one element copy, found:\n{node}")
-    value = _strip(node.value)
+    value = strip_casts(node.value)
     cond = None
     if isinstance(value, Select):
         if not (isinstance(value.otherwise, Const) and value.otherwise.value == 0):
             raise DmaError(f"only zero padding can be folded into a DMA: {value}")
-        cond, value = value.cond, _strip(value.then)
+        cond, value = value.cond, strip_casts(value.then)
     if not isinstance(value, Load) or not isinstance(value.source, ir.Buffer):
         raise DmaError(f"a dma_copy nest must copy one buffer element, found {node.value}")
     dst, src = node.buffer, value.source

@@ -10,7 +10,7 @@ the three operands.
 """
 
 from .. import ir
-from ..expr import Binary, Cast, Const, Load, Var, free_vars
+from ..expr import Binary, Const, Load, Var, free_vars, strip_casts
 from ..intrin import GemmIntrinsic
 from ..schedule import ScheduleError
 
@@ -29,12 +29,6 @@ def tensorize(func, cfg):
             return _match_gemm(node.body, node.value)
         return None
     return func.with_body(ir.transform(func.body, rewrite))
-
-
-def _strip(e):
-    while isinstance(e, Cast):
-        e = e.value
-    return e
 
 
 def _match_gemm(nest, intrin):
@@ -62,13 +56,13 @@ def _match_gemm(nest, intrin):
         return ir.Gemm(acc, None, None, [ir.Uop(acc.elem_index(node.indices))], reset=True)
     if not (isinstance(value, Binary) and value.op == "+"):
         raise TensorizeError(f"{acc.name}: expected acc + inp · wgt, found {value}")
-    first, product = value.a, _strip(value.b)
+    first, product = value.a, strip_casts(value.b)
     if not (isinstance(first, Load) and first.source is acc and
             all(a is b or repr(a) == repr(b) for a, b in zip(first.indices, node.indices))):
-        first, product = value.b, _strip(value.a)
+        first, product = value.b, strip_casts(value.a)
     if not (isinstance(product, Binary) and product.op == "*"):
         raise TensorizeError(f"{acc.name}: expected a product of an input and a weight, found {product}")
-    x, w = _strip(product.a), _strip(product.b)
+    x, w = strip_casts(product.a), strip_casts(product.b)
     if isinstance(x, Load) and x.source.scope == "wgt":
         x, w = w, x
     if not (isinstance(x, Load) and isinstance(w, Load) and x.source.scope == "inp" and w.source.scope == "wgt"):
