@@ -102,8 +102,8 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
     stride, padding = int(stride), int(padding)
     _check_epilogue(mul, shift)
     _check_epilogue(residual_mul, residual_shift)
-    if residual_shift >= 32:
-        raise OperatorError(f"residual_shift={residual_shift} must be below 32")
+    if residual_shift >= cfg.acc_width:
+        raise OperatorError(f"residual_shift={residual_shift} must be below the accumulator width {cfg.acc_width}")
     OH, OW = (H + 2 * padding - KH) // stride + 1, (W + 2 * padding - KW) // stride + 1
     if OH < 1 or OW < 1:
         raise OperatorError(f"a {KH}x{KW} kernel does not fit a {H}x{W} input padded by {padding}")

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from tilewright.compiler.graph import HOST_OPS, Graph, ModelError, Node, TensorInfo, load_onnx, run_graph, run_node
+from tilewright.compiler.graph.host import QUANTIZED_WIDTHS
 from tilewright.compiler.graph.passes import simplify, strip_fake_quant, unfold_narrow_convs
 from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_input, layer_report, quantize
 from tilewright.compiler.ops import Conv2dSpec, DenseSpec
@@ -384,10 +385,11 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     """
     log = log or (lambda line: None)
     cfg = load_config(config)
-    widths = (cfg.inp_width, cfg.wgt_width, cfg.acc_width, cfg.out_width)
-    if widths != (8, 8, 32, 8):
+    fields = ("inp_width", "wgt_width", "acc_width", "out_width")
+    widths, wanted = (tuple(getattr(w, f) for f in fields) for w in (cfg, QUANTIZED_WIDTHS))
+    if widths != wanted:
         raise ModelError(f"config {cfg.name} has input/weight/accumulator/output widths {widths}; models are "
-                         "quantized to int8 with int32 accumulators (8, 8, 32, 8)")
+                         f"quantized to int8 with int32 accumulators {wanted}")
     started = time.perf_counter()
     graph = model if isinstance(model, Graph) else load_onnx(model)
     shapes, dynamic = _input_shapes(graph, batch)

@@ -194,13 +194,15 @@ def _load_arrays(path, what):
 def cmd_compile(args):
     from .runtime.model import compile_model
     cfg = _config(args)
+    if args.percentile is not None and args.method != "percentile":
+        raise CliError("--percentile needs --method percentile")
     calibration = _load_arrays(args.calib, "calibration samples") if args.calib else None
     if not Path(args.output).resolve().parent.is_dir():
         raise CliError(f"cannot write {args.output}: no directory {Path(args.output).parent}")
     print(f"compiling {args.model} for config {cfg.name} ({cfg.tag})", flush=True)
     try:
         model = compile_model(Path(args.model), cfg, calibration=calibration, method=args.method,
-                              percentile=args.percentile, batch=args.batch,
+                              percentile=99.99 if args.percentile is None else args.percentile, batch=args.batch,
                               per_channel=args.weights == "per-channel", on_host=args.host or (), log=lambda line: print(line, flush=True), progress=True)
         layers = model.meta.get("layers", [])
         if layers:
@@ -390,7 +392,7 @@ def _parser():
     sp.add_argument("-o", "--output", required=True, help="compiled model file (.twm)")
     sp.add_argument("--calib", help="calibration samples: .npy (N × input shape) or .npz by input name")
     sp.add_argument("--method", choices=["max", "percentile"], default="max", help="calibration method")
-    sp.add_argument("--percentile", type=float, default=99.99,
+    sp.add_argument("--percentile", type=float,
                     help="with --method percentile: the percentile of |x| taken as the range (default 99.99)")
     sp.add_argument("--weights", choices=["per-channel", "per-tensor"], default="per-channel",
                     help="int8 weight scales: one per output channel (default) or one per layer")

@@ -15,7 +15,7 @@ from tilewright.semantics import requantize, wrap
 
 from .ir import ModelError
 
-__all__ = ["HOST_OPS", "run_node", "run_graph", "conv_nchw", "pool_nchw", "quantize_linear"]
+__all__ = ["HOST_OPS", "run_node", "run_graph", "conv_nchw", "pool_nchw", "quantize_linear", "QUANTIZED_WIDTHS"]
 
 
 # -- shared kernels ---------------------------------------------------------------------
@@ -298,17 +298,17 @@ def _tw_fused(node, *values):
     return [y.astype(np.float32)]
 
 
-#: QConv/QDense compute with int8 data and int32 accumulators (the configs compile_model accepts).
-_QUANTIZED_WIDTHS = SimpleNamespace(acc_width=32, out_width=8)
+#: QConv/QDense compute with int8 data and int32 accumulators (the only configs compile_model accepts).
+QUANTIZED_WIDTHS = SimpleNamespace(inp_width=8, wgt_width=8, acc_width=32, out_width=8)
 
 
 def _wrap32(v):
-    return wrap(v, 32)
+    return wrap(v, QUANTIZED_WIDTHS.acc_width)
 
 
 def _requantize_int(acc, node):
     """The accelerator's STORE epilogue: clip((acc · mul) >> shift, lo, 127), int32 wrap-around."""
-    return requantize(acc, node.attr("mul"), node.attr("shift"), node.attr("relu"), _QUANTIZED_WIDTHS)
+    return requantize(acc, node.attr("mul"), node.attr("shift"), node.attr("relu"), QUANTIZED_WIDTHS)
 
 
 def _qconv(node, x, w, b, r=None, scale=None):

@@ -16,8 +16,8 @@ then rewrites it:
   ``clip(((acc + bias + residual·k) · mul) >> shift)``. Either way the
   shift is the largest that cannot overflow 32 bits on the calibrated
   pre-activation ranges (with a margin), for the most precise multipliers;
-* int8 tensors flow between them; MaxPool, Flatten, Reshape and Relu work on
-  int8 directly, every other host operator gets ``DequantizeLinear`` /
+* int8 tensors flow between them; the operators in INT8_EXACT_OPS (shape
+  operators, MaxPool, Relu) work on int8 directly, every other host operator gets ``DequantizeLinear`` /
   ``QuantizeLinear`` around it, and graph outputs are dequantized.
 
 The result is a graph the host can run exactly (``run_graph``) and the
@@ -30,7 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .host import run_graph, run_node
+from tilewright.isa import IMM_BITS, SHIFT_BITS
+
+from .host import QUANTIZED_WIDTHS, run_graph, run_node
 from .ir import ModelError, Node, TensorInfo
 
 __all__ = ["calibrate", "quantize", "choose_requant", "host_reason", "LAYER_INPUTS", "layer_input", "QuantLayer", "sqnr_db", "layer_report",
@@ -40,8 +42,10 @@ __all__ = ["calibrate", "quantize", "choose_requant", "host_reason", "LAYER_INPU
 INT8_EXACT_OPS = {"MaxPool", "Flatten", "Reshape", "Relu", "Transpose", "Squeeze", "Unsqueeze"}
 #: Calibrated accumulator magnitudes are multiplied by this before they bound ``mul``.
 OVERFLOW_MARGIN = 4.0
-MUL_MAX = (1 << 15) - 1
-SHIFT_MAX = 31
+#: The requantizer's limits: the STORE's signed multiplier and its shift field (the ISA), int32 accumulators.
+MUL_MAX = (1 << (IMM_BITS - 1)) - 1
+SHIFT_MAX = (1 << SHIFT_BITS) - 1
+ACC_LIMIT = 1 << (QUANTIZED_WIDTHS.acc_width - 1)
 #: Percentile calibration keeps at most this many magnitudes per tensor (a uniform subsample).
 POOL_SIZE = 200_000
 
@@ -104,9 +108,9 @@ def choose_requant(m, acc_bound):
     if not m > 0:
         raise ModelError(f"requantization scale {m} must be positive")
     best = None
-    for shift in range(32):
+    for shift in range(SHIFT_MAX + 1):
         mul = round(m * 2 ** shift)
-        if mul > MUL_MAX or mul * acc_bound >= 2 ** 31:
+        if mul > MUL_MAX or mul * acc_bound >= ACC_LIMIT:
             break
         if mul >= 1:
             best = (mul, shift)
@@ -193,9 +197,9 @@ def _requant_per_channel(w, s_x, s_y, b, preact_peak, s_r):
     wq = np.clip(np.rint(w / s_w.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
     # the largest shift that keeps the calibrated sum (in output steps · 2**shift) inside int32
     steps = OVERFLOW_MARGIN * preact_peak / s_y
-    shift = int(min(SHIFT_MAX, max(0, math.floor(math.log2((2 ** 31 - 1) / max(steps, 1.0))))))
+    shift = int(min(SHIFT_MAX, max(0, math.floor(math.log2((ACC_LIMIT - 1) / max(steps, 1.0))))))
     exact = s_x * s_w / s_y * 2 ** shift
-    scale = np.clip(np.rint(exact), 0, 2 ** 31 - 1)
+    scale = np.clip(np.rint(exact), 0, ACC_LIMIT - 1)
     bias = np.rint(b / s_y * 2 ** shift) + (2 ** (shift - 1) if shift else 0)
     attrs = dict(mul=1, shift=shift)
     error = float(np.max(np.abs(scale - exact) / np.maximum(exact, 1e-30))) if len(exact) else 0.0
@@ -303,7 +307,7 @@ def quantize(graph, ranges, *, with_layers=False, per_channel=True):
             roles = dict(data=x, weight=f"{node.name}/wq", bias=f"{node.name}/bq", residual=r or "",
                          scale=f"{node.name}/scale" if rq.scale is not None else "")
             constants[roles["weight"]] = rq.weights
-            constants[roles["bias"]] = np.clip(rq.bias, -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+            constants[roles["bias"]] = np.clip(rq.bias, -ACC_LIMIT, ACC_LIMIT - 1).astype(np.int32)
             if rq.scale is not None:
                 constants[roles["scale"]] = rq.scale
             attrs = rq.attrs | dict(relu=_relu(node), input_scale=s_x, weight_scale=rq.weight_scale,

@@ -16,7 +16,7 @@ micro-ops.
 import dataclasses
 import itertools
 
-from tilewright.isa import IMM_BITS, AluOp
+from tilewright.isa import IMM_BITS, SHIFT_BITS, AluOp
 
 from .. import ir
 from ..expr import Binary, Const, Load, Var, as_expr, evaluate, free_vars, linear, simplify, strip_casts, substitute
@@ -182,7 +182,7 @@ def _requant_tail(body, i, dma, hi):
             or clip[AluOp.MAX] not in (0, -hi - 1):
         return None
     rest, mul, shift = tail[:-2], 1, 0
-    if rest and rest[-1][0] == AluOp.SHR and 0 <= rest[-1][1] < 32:
+    if rest and rest[-1][0] == AluOp.SHR and 0 <= rest[-1][1] < (1 << SHIFT_BITS):     # the STORE's shift field
         shift = rest.pop()[1]
     if rest and rest[-1][0] == AluOp.MUL:
         mul = rest.pop()[1]

@@ -76,6 +76,9 @@ def _match_gemm(nest, intrin):
     for load in (x, w):
         if any(v in (b_var, o_var, k_var) for v in free_vars(_index_part(load.indices))):
             raise TensorizeError(f"{load.source.name}: b, o and k may only index the element dimensions")
+    for buf, dtype in ((x.source, intrin.inp_dtype), (w.source, intrin.wgt_dtype), (acc, intrin.acc_dtype)):
+        if buf.dtype != dtype:
+            raise TensorizeError(f"{buf.name} is {buf.dtype}; the GEMM intrinsic takes {dtype} there")
     return ir.Gemm(acc, x.source, w.source,
                    [ir.Uop(acc.elem_index(node.indices), x.source.elem_index(x.indices),
                            w.source.elem_index(w.indices))])

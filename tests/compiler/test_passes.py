@@ -144,3 +144,18 @@ def test_fuse_reset_overwrites_with_the_first_micro_op():
                          ids=["first_writes_straddle_micro_ops", "reset_covers_more_rows"])
 def test_fuse_reset_keeps_the_reset_when_not_exact(dsts, n):
     assert "gemm.reset" in str(fuse_reset(_reset_then_gemm(dsts, n)))
+
+
+def test_tensorize_checks_operand_types(monkeypatch):
+    """A nest computing the GEMM's shape on other types is not the intrinsic."""
+    import dataclasses
+
+    from tilewright.compiler import ops
+    from tilewright.compiler.intrin import gemm_intrinsic
+    from tilewright.compiler.passes.tensorize import TensorizeError
+    wide = dataclasses.replace(PRESETS["tiny"], inp_width=16, name="tiny-i16")
+    monkeypatch.setattr(ops, "gemm_intrinsic", lambda cfg: gemm_intrinsic("tiny"))   # declared for int8 inputs
+    spec = DenseSpec(wide.batch, 2 * wide.block_in, wide.block_out, bias=False)
+    s, _, _ = dense(spec, wide)
+    with pytest.raises(TensorizeError, match="int16; the GEMM intrinsic takes int8"):
+        build(s, wide)

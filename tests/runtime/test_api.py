@@ -15,6 +15,8 @@ from tilewright.runtime import DeviceError, OperatorError, get_device
 from tilewright.runtime.layout import (pack_bias, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw,
                                        unpack_rows)
 
+from ..compiler.reference import conv2d_ref
+
 
 # -- layout ------------------------------------------------------------------------------------
 
@@ -275,6 +277,9 @@ def test_empty_dimensions_are_operator_errors(call):
 
 
 def test_numpy_integer_stride_and_padding():
-    out, _ = conv(stride=np.int64(2), padding=np.int64(1))
-    ref, _ = conv(stride=2, padding=1)
+    rng = np.random.default_rng(21)
+    x, w = rng.integers(-128, 128, (1, 4, 5, 5), dtype=np.int8), rng.integers(-128, 128, (4, 4, 3, 3), dtype=np.int8)
+    out, _ = conv(x, w, stride=np.int64(2), padding=np.int64(1), shift=np.int64(8))
+    ref, _ = conv(x, w, stride=2, padding=1, shift=8)
     np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(out, conv2d_ref(x, w, None, 2, 1, 1, 8))

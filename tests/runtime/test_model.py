@@ -175,7 +175,12 @@ def files(tmp_path_factory, calib):
 
 
 def test_cli_compile_and_run(files, capsys):
-    capsys.readouterr()
+    assert main(["compile", str(files / "m.onnx"), "-o", str(files / "pt.twm"), "--calib", str(files / "calib.npy"),
+                 "--method", "percentile", "--percentile", "99.9", "--weights", "per-tensor", "--host", "conv2"]) == 0
+    out = capsys.readouterr().out
+    assert "calibrating (percentile)" in out and "×" in out and "asked for the host" in out
+    pt = load_model(files / "pt.twm")
+    assert pt.meta["method"] == "percentile" and pt.meta["per_channel"] is False
     assert main(["run", str(files / "m.twm"), "--input", str(files / "x.npy"), "--output", str(files / "y.npy"),
                  "--profile"]) == 0
     out = capsys.readouterr().out
@@ -190,7 +195,8 @@ def _cli(*args):
 
 
 @pytest.mark.parametrize("case", ["truncated onnx", "unsupported op", "wrong shape", "corrupted twm", "wrong dtype",
-                                  "missing input file", "truncated npz", "bad batch"])
+                                  "missing input file", "truncated npz", "bad batch", "bad percentile",
+                                  "percentile without its method"])
 def test_cli_bad_inputs_are_one_line_errors(files, case):
     d = files
     if case == "truncated onnx":
@@ -214,6 +220,11 @@ def test_cli_bad_inputs_are_one_line_errors(files, case):
         np.savez(d / "in.npz", input=np.load(d / "x.npy"))
         (d / "t.npz").write_bytes((d / "in.npz").read_bytes()[:200])
         r, what = _cli("run", d / "m.twm", "--input", d / "t.npz"), "t.npz"
+    elif case == "bad percentile":
+        r, what = _cli("compile", d / "m.onnx", "-o", d / "p.twm", "--calib", d / "calib.npy", "--method",
+                       "percentile", "--percentile", "150"), "percentile 150.0: must be in (0, 100]"
+    elif case == "percentile without its method":
+        r, what = _cli("compile", d / "m.onnx", "-o", d / "p.twm", "--percentile", "99"), "--method percentile"
     elif case == "bad batch":
         r, what = _cli("compile", d / "m.onnx", "-o", d / "b.twm", "--batch", "-1"), "--batch"
         assert r.returncode == 2 and "not a positive integer" in r.stderr     # argparse's usage error
