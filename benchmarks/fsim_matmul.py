@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tilewright import PRESETS, isa
-from tilewright.kernels import BlockedMatmul
+from tilewright.examples.matmul import BlockedMatmul
 from tilewright.sim import FunctionalSimulator
 
 SIZE = 1024

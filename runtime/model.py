@@ -37,7 +37,7 @@ from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_inp
 from tilewright.compiler.ops import Conv2dSpec, DenseSpec
 from tilewright.compiler.program import Program, ProgramError
 from tilewright.config import HwConfig, load_config
-from tilewright.progress import Progress
+from .progress import Progress
 
 from .api import compile_conv2d, compile_dense
 from .device import get_device

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tilewright.docgen import BEGIN, END, GENERATED_DOCS, update_generated
+from tilewright.cli.docgen import BEGIN, END, GENERATED_DOCS, update_generated
 
 ROOT = Path(__file__).parent.parent
 

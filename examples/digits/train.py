@@ -1,11 +1,11 @@
 """Train the digits demo's CNN in numpy and export it to ONNX.
 
-    .venv/bin/python examples/digits/train.py [--epochs 40] [--output tilewright/data/digits_cnn.onnx]
+    .venv/bin/python examples/digits/train.py [--epochs 40] [--output examples/digits/digits_cnn.onnx]
 
 Network (input N×1×8×8 in [0, 1]): conv 3×3 1→16 pad 1 + ReLU, conv 3×3
 16→32 stride 2 pad 1 + ReLU, flatten, dense 512→10. Trained with Adam on
 softmax cross-entropy over the training part of
-:func:`tilewright.digits.load_split`; deterministic for a given seed. The
+:func:`tilewright.examples.digits.demo.load_split`; deterministic for a given seed. The
 export uses ``onnx.helper`` with a dynamic batch dimension, and is checked
 against ``onnx.reference.ReferenceEvaluator`` before it is written.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tilewright.digits import MODEL_PATH, load_split
+from tilewright.examples.digits.demo import MODEL_PATH, load_split
 
 LAYERS = [  # (name, out channels, stride)
     ("conv1", 16, 1),

@@ -6,7 +6,7 @@ import pytest
 from tilewright import PRESETS, isa
 from tilewright.builder import noop
 from tilewright.isa import Alu, ErrorCode, Finish, Gemm, Load, MemType, Store, Stream
-from tilewright.kernels import BlockedMatmul
+from tilewright.examples.matmul import BlockedMatmul
 from tilewright.sim import Dram
 from tilewright.sim.differential import fsim_outcomes, run_differential
 from tilewright.sim.fuzz import program_image, random_program

@@ -238,7 +238,7 @@ def test_cli_bad_inputs_are_one_line_errors(files, case):
 
 
 def test_digits_demo_meets_its_targets():
-    from tilewright.digits import run_demo
+    from tilewright.examples.digits.demo import run_demo
     result = run_demo("default", log=lambda line: None)
     assert result["images"] == 360
     assert result["int8_accuracy"] >= result["float_accuracy"] - 0.01

@@ -5,7 +5,7 @@ import pytest
 
 from tilewright import PRESETS
 from tilewright.isa import Gemm, Load, MemType, Stream
-from tilewright.kernels import BlockedMatmul
+from tilewright.examples.matmul import BlockedMatmul
 from tilewright.sim import FunctionalSimulator
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .builder import ProgramBuilder
-from .config import load_config
-from .isa import Alu, AluOp, Gemm, Load, MemType, Store, Stream, Uop, uop_format
+from tilewright.builder import ProgramBuilder
+from tilewright.config import load_config
+from tilewright.isa import Alu, AluOp, Gemm, Load, MemType, Store, Stream, Uop, uop_format
 
 __all__ = ["BlockedMatmul", "pack_rows", "unpack_rows"]
 

@@ -9,8 +9,8 @@ them, and ``tilewright docs`` rewrites them.
 
 from pathlib import Path
 
-from . import isa
-from .config import PRESETS
+from tilewright import isa
+from tilewright.config import PRESETS
 
 __all__ = ["isa_tables", "register_tables", "update_generated", "GENERATED_DOCS", "BEGIN", "END"]
 

@@ -12,8 +12,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from . import asm, isa
-from .config import ConfigError, load_config
+from tilewright import asm, isa
+from tilewright.config import ConfigError, load_config
 
 __all__ = ["main"]
 
@@ -94,7 +94,7 @@ def cmd_disasm(args):
 
 
 def cmd_verilog(args):
-    from .sim.rtl import lint, verilog_source
+    from tilewright.sim.rtl import lint, verilog_source
     cfg = _config(args)
     _write(args.output, verilog_source(cfg))
     print(f"wrote {args.output} (top module 'top', config {cfg.name}, {cfg.tag})")
@@ -106,9 +106,9 @@ def cmd_verilog(args):
 
 
 def cmd_fuzz(args):
-    from .sim.differential import Mismatch, run_differential
-    from .sim.fuzz import random_program
-    from .sim.rtl import RtlError
+    from tilewright.sim.differential import Mismatch, run_differential
+    from tilewright.sim.fuzz import random_program
+    from tilewright.sim.rtl import RtlError
     cfg = _config(args)
     batch = 100
     start = time.perf_counter()
@@ -129,9 +129,9 @@ def cmd_fuzz(args):
 
 
 def cmd_bench(args):
-    from .runtime.bench import RESNET18, bench_resnet18
-    from .runtime.device import DeviceError
-    from .sim.rtl import RtlError
+    from tilewright.runtime.bench import RESNET18, bench_resnet18
+    from tilewright.runtime.device import DeviceError
+    from tilewright.sim.rtl import RtlError
     cfg = _config(args)
     layers = args.layers.split(",") if args.layers else None
     known = {name for name, *_ in RESNET18}
@@ -169,11 +169,11 @@ def cmd_docs(args):
 
 
 def _model_errors():
-    from .compiler.graph import ModelError
-    from .compiler.program import ProgramError
-    from .compiler.schedule import ScheduleError
-    from .runtime.device import DeviceError
-    from .sim.rtl import RtlError
+    from tilewright.compiler.graph import ModelError
+    from tilewright.compiler.program import ProgramError
+    from tilewright.compiler.schedule import ScheduleError
+    from tilewright.runtime.device import DeviceError
+    from tilewright.sim.rtl import RtlError
     return (ModelError, ProgramError, ScheduleError, DeviceError, RtlError)
 
 
@@ -192,7 +192,7 @@ def _load_arrays(path, what):
 
 
 def cmd_compile(args):
-    from .runtime.model import compile_model
+    from tilewright.runtime.model import compile_model
     cfg = _config(args)
     if args.percentile is not None and args.method != "percentile":
         raise CliError("--percentile needs --method percentile")
@@ -236,7 +236,7 @@ def _profile_table(rows):
 def cmd_run(args):
     import numpy as np
 
-    from .runtime.model import load_model
+    from tilewright.runtime.model import load_model
     inputs = _load_arrays(args.input, "input")
     try:
         model = load_model(args.model)
@@ -271,7 +271,7 @@ def cmd_demo(args):
 
 
 def _demo_digits(args):
-    from .digits import run_demo
+    from tilewright.examples.digits.demo import run_demo
     cfg = _config(args)
     try:
         result = run_demo(cfg, rtl=not args.no_rtl, log=lambda line: print(line, flush=True))
@@ -291,8 +291,8 @@ def _demo_digits(args):
 def _demo_matmul(args):
     import numpy as np
 
-    from .kernels import BlockedMatmul
-    from .sim import FunctionalSimulator
+    from tilewright.examples.matmul import BlockedMatmul
+    from tilewright.sim import FunctionalSimulator
 
     cfg = _config(args)
     M, K, N = args.shape
@@ -437,6 +437,3 @@ def main(argv=None):
         sys.stderr.close()
         return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """The digits demo: a small CNN trained on scikit-learn's 8×8 handwritten digits.
 
 ``examples/digits/train.py`` trains it in numpy and exports
-``tilewright/data/digits_cnn.onnx`` (committed); :func:`run_demo` quantizes
+``examples/digits/digits_cnn.onnx`` (package ``tilewright.examples.digits``) (committed); :func:`run_demo` quantizes
 and compiles it for the accelerator, measures float and int8 (fsim)
 accuracy over the whole test split, and runs one image through the RTL.
 """
@@ -13,7 +13,7 @@ import numpy as np
 
 __all__ = ["MODEL_PATH", "load_split", "run_demo"]
 
-MODEL_PATH = Path(__file__).parent / "data" / "digits_cnn.onnx"
+MODEL_PATH = Path(__file__).with_name("digits_cnn.onnx")
 TEST_FRACTION = 0.2
 
 
