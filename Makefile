@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/tilewright demo
 
+# Both cores (pytest-xdist); build caches take a file lock per entry, so workers never build one twice.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 bench: $(STAMP)
 	$(PY) benchmarks/fsim_matmul.py

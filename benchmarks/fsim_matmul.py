@@ -1,7 +1,7 @@
 """fsim speed: a 1024×1024×1024 int8 matmul through the ISA vs. plain numpy.
 
 The ISA program is the hand-scheduled blocked matmul of
-``tilewright.kernels`` on the default preset, with one virtual thread (the
+``tilewright.examples.matmul`` on the default preset, with one virtual thread (the
 largest tiles) and with two (double buffering). Each fsim run places A and
 B in DRAM, executes every instruction and reads C back; building and
 encoding the program is timed separately. The reference is numpy's float64

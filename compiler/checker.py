@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright import isa
-from tilewright.isa import Alu, Finish, Gemm, Load, MemType, Queue, Store, Stream
+from tilewright.isa import Alu, Finish, Gemm, Load, MemType, Queue, Store, Stream, dram_end
 
 __all__ = ["CheckError", "CheckReport", "check"]
 
@@ -108,7 +108,7 @@ def _ranges(program):
                 raise CheckError(f"{where}: SRAM {buffer} [{insn.sram_base}, {insn.sram_base + insn.sram_extent}) "
                                  f"beyond {cfg.depth(buffer)}")
             elem = cfg.elem_bytes(insn.memory_type.dram_elem)
-            end = (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * elem
+            end = dram_end(insn) * elem
             if insn.dram_base < 0 or end > program.dram_bytes:
                 raise CheckError(f"{where}: DRAM bytes up to {end} beyond the program image ({program.dram_bytes})")
             if isinstance(insn, Load) and insn.memory_type == MemType.UOP:

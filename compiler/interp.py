@@ -8,7 +8,7 @@ can be checked to preserve what the program computes.
 
 import numpy as np
 
-from tilewright.semantics import alu as alu_op, wrap
+from tilewright.semantics import alu as alu_op, requantize, wrap
 
 from . import ir
 from .expr import Binary, Cast, Const, Load, Select, Var, evaluate
@@ -83,11 +83,10 @@ def _dma(d, env, arrays):
                 dst = v["dram_index"] + r * v["x_stride"] + c
                 value = sram[s]
                 if d.requant:
-                    q, bits = d.requant, DTYPE_BITS[d.sram.dtype]
-                    if q.bias is not None:
-                        value = wrap(value + _elements(arrays[q.bias])[evaluate(q.bias_index, env)], bits)
-                    hi = (1 << (DTYPE_BITS[d.dram.dtype] - 1)) - 1
-                    value = np.clip(wrap(value * q.mul, bits) >> q.shift, 0 if q.relu else -hi - 1, hi)
+                    q = d.requant
+                    bias = 0 if q.bias is None else _elements(arrays[q.bias])[evaluate(q.bias_index, env)]
+                    value = requantize(value, q.mul, q.shift, q.relu, acc_width=DTYPE_BITS[d.sram.dtype],
+                                       out_width=DTYPE_BITS[d.dram.dtype], bias=bias)
                 dram[dst] = wrap(value, DTYPE_BITS[d.dram.dtype])
 
 

@@ -8,7 +8,9 @@ batch rows), residual and output like the result, int8. ``b``, ``i``,
 ``o`` are the config's batch, block_in and block_out.
 
 The epilogue computes ``clip(((acc [· scale] + bias [+ residual]) · mul) >>
-shift, lo, 127)`` in the accumulator (``lo`` = 0 with ReLU, else −128): one
+shift, lo, hi)`` in the accumulator (``(lo, hi)`` from
+:func:`tilewright.semantics.out_range`: 127 and 0 with ReLU, else −128, for
+int8 outputs): one
 ALU operation per term, in place (the compiler moves bias, ``mul``, ``shift``
 and the clip into the STORE). ``scale`` is an optional per-output-channel
 int32 multiplier (layout like the bias): per-channel requantization.
@@ -18,6 +20,7 @@ import itertools
 from dataclasses import dataclass
 
 from tilewright.config import load_config
+from tilewright.semantics import out_range
 
 from . import te
 from .expr import max_, min_
@@ -95,8 +98,8 @@ class DenseTiles:
     threads: int = 1
 
 
-def _epilogue(acc, spec, terms):
-    """``clip(((acc + terms…) · mul) >> shift, lo, 127)`` as one expression."""
+def _epilogue(acc, spec, terms, out_width):
+    """``clip(((acc + terms…) · mul) >> shift, lo, hi)`` as one expression (range from :func:`out_range`)."""
     v = acc
     for t in terms:
         v = v + t
@@ -104,7 +107,8 @@ def _epilogue(acc, spec, terms):
         v = v * spec.mul
     if spec.shift:
         v = v >> spec.shift
-    return max_(min_(v, 127), 0 if spec.relu else -128)
+    lo, hi = out_range(out_width, spec.relu)
+    return max_(min_(v, hi), lo)
 
 
 def _check_packed(cfg, **dims):
@@ -162,7 +166,7 @@ def conv2d_compute(spec, cfg):
             terms.append(scaled[n, o, y, x, b, oo])
         elif spec.residual:
             terms.append(inputs["residual"][n, o, y, x, b, oo].astype(acc))
-        return _epilogue(v, spec, terms)
+        return _epilogue(v, spec, terms, c.out_width)
 
     res = te.compute(shape, epilogue, "epilogue", dtype=acc)
     out = te.compute(shape, lambda n, o, y, x, b, oo: res[n, o, y, x, b, oo].astype(f"int{c.out_width}"),
@@ -208,28 +212,41 @@ def conv_cycles(spec, cfg, t):
     return max(steps * load, steps * gemm, tiles * store) + load + store
 
 
+def _fits(c, *, inp, wgt, acc, uops):
+    """Whether a tiling's buffer needs (entries per buffer, micro-ops per kernel) fit config ``c``.
+
+    A kernel's micro-ops may take half the uop buffer (the other half holds
+    the next kernel's while this one runs), and 1024 at most.
+    """
+    return inp <= c.inp_depth and wgt <= c.wgt_depth and acc <= c.acc_depth and uops <= min(1024, c.uop_depth // 2)
+
+
+def _best(candidates):
+    """The tiling with the smallest key among ``(key, tiling)`` pairs (the first on a tie), or None."""
+    return min(candidates, key=lambda kt: kt[0], default=(None, None))[1]
+
+
 def conv_tiles(spec, cfg, threads=None):
     """Tiles that fit the buffers and take the fewest estimated cycles (:func:`conv_cycles`), two
     virtual threads when they fit."""
-    c = cfg
-    CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
-    KH, KW = spec.kernel
-    best = None
     for T in ([threads] if threads else [2, 1]):
-        for to, th, tw, ti in itertools.product(_divisors(OB), _divisors(spec.out_height), _divisors(spec.out_width),
-                                                _divisors(CB)):
-            if T > 1 and (OB // to) % T and (spec.out_height // th) % T:
-                continue
-            t = ConvTiles(to, th, tw, ti, T)
-            inp, wgt, acc, uops = _conv_needs(spec, c, t)
-            if inp > c.inp_depth or wgt > c.wgt_depth or acc > c.acc_depth or uops > min(1024, c.uop_depth // 2):
-                continue
-            key = (conv_cycles(spec, c, t), -ti, -(to * th * tw))
-            if best is None or key < best[0]:
-                best = (key, t)
+        best = _best(_conv_candidates(spec, cfg, T))
         if best:
-            return best[1]
+            return best
     raise ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}")
+
+
+def _conv_candidates(spec, c, T):
+    """``(key, ConvTiles)`` for every tiling with ``T`` threads that fits: estimated cycles, then larger tiles."""
+    CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
+    for to, th, tw, ti in itertools.product(_divisors(OB), _divisors(spec.out_height), _divisors(spec.out_width),
+                                            _divisors(CB)):
+        if T > 1 and (OB // to) % T and (spec.out_height // th) % T:
+            continue
+        t = ConvTiles(to, th, tw, ti, T)
+        inp, wgt, acc, uops = _conv_needs(spec, c, t)
+        if _fits(c, inp=inp, wgt=wgt, acc=acc, uops=uops):
+            yield (conv_cycles(spec, c, t), -ti, -(to * th * tw)), t
 
 
 def conv2d(spec, config="default", tiles=None):
@@ -308,7 +325,7 @@ def dense_compute(spec, cfg):
 
     def epilogue(n, m, b, oo):
         v = prod[n, m, b, oo] * inputs["scale"][m, b, oo] if spec.scale else prod[n, m, b, oo]
-        return _epilogue(v, spec, [inputs["bias"][m, b, oo]] if spec.bias else [])
+        return _epilogue(v, spec, [inputs["bias"][m, b, oo]] if spec.bias else [], c.out_width)
     res = te.compute(shape, epilogue, "epilogue", dtype=acc)
     out = te.compute(shape, lambda n, m, b, oo: res[n, m, b, oo].astype(f"int{c.out_width}"), "out",
                      dtype=f"int{c.out_width}")
@@ -316,24 +333,24 @@ def dense_compute(spec, cfg):
 
 
 def dense_tiles(spec, cfg, threads=None):
-    c = cfg
-    NB, KB, MB = spec.batch // c.batch, spec.in_features // c.block_in, spec.out_features // c.block_out
-    best = None
+    """Tiles that fit the buffers and move the fewest DRAM bytes, two virtual threads when they fit."""
     for T in ([threads] if threads else [2, 1]):
-        for tn, tm, tk in itertools.product(_divisors(NB), _divisors(MB), _divisors(KB)):
-            if T > 1 and (MB // tm) % T and (NB // tn) % T:
-                continue
-            inp, wgt = tn * tk * T, tm * tk * T
-            acc = (tn * tm + tm * (spec.bias + spec.scale)) * T
-            if inp > c.inp_depth or wgt > c.wgt_depth or acc > c.acc_depth or tk > min(1024, c.uop_depth // 2):
-                continue
-            traffic = (NB // tn) * (MB // tm) * (tn * KB * c.elem_bytes("inp") + tm * KB * c.elem_bytes("wgt"))
-            key = (traffic, -tk)
-            if best is None or key < best[0]:
-                best = (key, DenseTiles(tn, tm, tk, T))
+        best = _best(_dense_candidates(spec, cfg, T))
         if best:
-            return best[1]
+            return best
     raise ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}")
+
+
+def _dense_candidates(spec, c, T):
+    """``(key, DenseTiles)`` for every tiling with ``T`` threads that fits: DRAM traffic, then longer reductions."""
+    NB, KB, MB = spec.batch // c.batch, spec.in_features // c.block_in, spec.out_features // c.block_out
+    for tn, tm, tk in itertools.product(_divisors(NB), _divisors(MB), _divisors(KB)):
+        if T > 1 and (MB // tm) % T and (NB // tn) % T:
+            continue
+        acc = (tn * tm + tm * (spec.bias + spec.scale)) * T
+        if _fits(c, inp=tn * tk * T, wgt=tm * tk * T, acc=acc, uops=tk):
+            traffic = (NB // tn) * (MB // tm) * (tn * KB * c.elem_bytes("inp") + tm * KB * c.elem_bytes("wgt"))
+            yield (traffic, -tk), DenseTiles(tn, tm, tk, T)
 
 
 def dense(spec, config="default", tiles=None):

@@ -25,9 +25,14 @@ class ReadArbiter(wiring.Component):
         The shared channel, ID width ``max(1, log2 n)``.
     """
 
+    @staticmethod
+    def id_bits(count):
+        """ARID width the shared channel of ``count`` clients needs."""
+        return max(1, (count - 1).bit_length())
+
     def __init__(self, *, count, addr_width, data_width):
         self.count = count
-        self.id_width = max(1, (count - 1).bit_length())
+        self.id_width = self.id_bits(count)
         members = {f"c{k}": In(AxiReadSignature(addr_width=addr_width, data_width=data_width))
                    for k in range(count)}
         members["bus"] = Out(AxiReadSignature(addr_width=addr_width, data_width=data_width,

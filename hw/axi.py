@@ -10,10 +10,12 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["AxiReadSignature", "AxiWriteSignature", "AxiSignature", "AxiLiteSignature", "forward",
-           "BURST_INCR", "RESP_OKAY", "MAX_BURST_BEATS", "BOUNDARY_BYTES"]
+           "BURST_INCR", "RESP_OKAY", "RESP_SLVERR", "LITE_DATA_WIDTH", "MAX_BURST_BEATS", "BOUNDARY_BYTES"]
 
 BURST_INCR = 1
 RESP_OKAY = 0
+RESP_SLVERR = 2     # subordinate error: what DRAM models answer beyond their memory
+LITE_DATA_WIDTH = 32    # AXI4-Lite registers are one 32-bit word each
 MAX_BURST_BEATS = 256       # AXI4 INCR bursts
 BOUNDARY_BYTES = 4096       # a burst must not cross a 4 KiB boundary
 
@@ -63,16 +65,16 @@ class AxiSignature(wiring.Signature):
 
 
 class AxiLiteSignature(wiring.Signature):
-    """AXI4-Lite manager, 32-bit data."""
+    """AXI4-Lite manager, :data:`LITE_DATA_WIDTH`-bit data."""
 
     def __init__(self, *, addr_width):
         self.addr_width = addr_width
         super().__init__({
             "awaddr": Out(addr_width), "awprot": Out(3), "awvalid": Out(1), "awready": In(1),
-            "wdata": Out(32), "wstrb": Out(4), "wvalid": Out(1), "wready": In(1),
+            "wdata": Out(LITE_DATA_WIDTH), "wstrb": Out(LITE_DATA_WIDTH // 8), "wvalid": Out(1), "wready": In(1),
             "bresp": In(2), "bvalid": In(1), "bready": Out(1),
             "araddr": Out(addr_width), "arprot": Out(3), "arvalid": Out(1), "arready": In(1),
-            "rdata": In(32), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
+            "rdata": In(LITE_DATA_WIDTH), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
         })
 
 

@@ -16,7 +16,7 @@ from .axi import AxiReadSignature
 from .core import ComputeCore
 from .padded_load import PaddedLoad
 from .sequencer import CommandLayout, Sequencer, TokenPort
-from .sram import addr_bits, sram_shape
+from .sram import sram_shape
 
 __all__ = ["ComputeUnit"]
 
@@ -55,7 +55,7 @@ class ComputeUnit(wiring.Component):
         bus = cfg.dram_bus_width
 
         def port(kind, mem):
-            return In(kind.Signature(addr_width=addr_bits(cfg, mem), shape=sram_shape(cfg, mem)))
+            return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem)))
 
         axi = Out(AxiReadSignature(addr_width=addr_width, data_width=bus))
         super().__init__({
@@ -63,12 +63,12 @@ class ComputeUnit(wiring.Component):
             "prev": Out(TokenPort()), "next": Out(TokenPort()),
             "inp_read": port(ReadPort, "inp"), "wgt_read": port(ReadPort, "wgt"),
             "out_write": port(WritePort, "out"),
-            "acc_for_store": Out(ReadPort.Signature(addr_width=addr_bits(cfg, "acc"), shape=sram_shape(cfg, "acc"))),
+            "acc_for_store": Out(ReadPort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"))),
             "axi_uop": axi, "axi_acc": axi, "axi_acc8": axi,
             "protocol_ok": In(1),
             "halt": In(1),
             "finished": Out(1),
-            "fault": Out(1), "error": Out(4), "index": Out(32), "started": Out(1),
+            "fault": Out(1), "error": Out(isa.ERROR_BITS), "index": Out(32), "started": Out(1),
             "busy": Out(1), "blocked": Out(1), "retired": Out(1), "executing": Out(1),
             "gemm_busy": Out(1), "alu_busy": Out(1), "retire_gemm": Out(1), "retire_alu": Out(1),
             "wait_pop_prev": Out(1), "wait_pop_next": Out(1),
@@ -97,15 +97,12 @@ class ComputeUnit(wiring.Component):
         wiring.connect(m, wiring.flipped(self.acc_for_store), acc_mem.read_port())
 
         # -- executors -------------------------------------------------------------
-        kw = dict(insn_layout=layouts[Opcode.LOAD], addr_width=self.addr_width, data_width=c.dram_bus_width)
-        m.submodules.load_uop = load_uop = PaddedLoad(
-            elem_bytes=c.elem_bytes("uop"), entry_shape=sram_shape(c, "uop"), depth=c.uop_depth, **kw)
-        m.submodules.load_acc = load_acc = PaddedLoad(
-            elem_bytes=c.elem_bytes("acc"), entry_shape=sram_shape(c, "acc"), depth=c.acc_depth, **kw)
+        aw = self.addr_width
+        m.submodules.load_uop = load_uop = PaddedLoad(c, MemType.UOP, addr_width=aw)
+        m.submodules.load_acc = load_acc = PaddedLoad(c, MemType.ACC, addr_width=aw)
         m.submodules.load_acc8 = load_acc8 = PaddedLoad(
-            elem_bytes=c.elem_bytes("acc8"), entry_shape=sram_shape(c, "acc"), depth=c.acc_depth,
-            convert=lambda e: Cat(_sign_extend(e[8 * k:8 * k + 8], c.acc_width) for k in range(c.batch * c.block_out)),
-            **kw)
+            c, MemType.ACC8, addr_width=aw,
+            convert=lambda e: Cat(_sign_extend(e[8 * k:8 * k + 8], c.acc_width) for k in range(c.batch * c.block_out)))
         m.submodules.core = core = ComputeCore(c)
         wiring.connect(m, load_uop.axi, wiring.flipped(self.axi_uop))
         wiring.connect(m, load_acc.axi, wiring.flipped(self.axi_acc))
@@ -123,9 +120,9 @@ class ComputeUnit(wiring.Component):
                 m.d.comb += [acc_w.addr.eq(writer.addr), acc_w.data.eq(writer.data), acc_w.en.eq(1)]
 
         word = seq.insn.as_value()
-        opcode = word[:3]
         load = data.View(layouts[Opcode.LOAD], word)
         finish = data.View(layouts[Opcode.FINISH], word)
+        opcode = finish.opcode
         is_load = opcode == Opcode.LOAD
         kind = {"uop": is_load & (load.memory_type == MemType.UOP),
                 "acc": is_load & (load.memory_type == MemType.ACC),
@@ -142,7 +139,7 @@ class ComputeUnit(wiring.Component):
         finish_error = Mux(self.protocol_ok & ~finish.push_prev & ~finish.push_next, 0, ErrorCode.PROTOCOL)
 
         done = load_uop.done | load_acc.done | load_acc8.done | core.done | finish_check
-        error = Signal(4)
+        error = Signal(isa.ERROR_BITS)
         m.d.comb += error.eq(load_uop.error | load_acc.error | load_acc8.error | core.error
                              | Mux(finish_check, finish_error, 0))
         m.d.comb += [

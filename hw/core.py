@@ -30,7 +30,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
-from .sram import addr_bits, sram_shape
+from .sram import sram_shape
 
 __all__ = ["LoopGenerator", "ComputeCore", "adder_tree"]
 
@@ -137,7 +137,7 @@ class ComputeCore(wiring.Component):
     insn : In(128)
     done : Out(1)
         One-cycle pulse when the last micro-op has written back.
-    error : Out(4)
+    error : Out(ERROR_BITS)
         ``UOP_RANGE`` or ``INDEX_RANGE``, valid with ``done``.
     gemm_busy, alu_busy : Out(1)
         An instruction of that kind is executing.
@@ -154,13 +154,13 @@ class ComputeCore(wiring.Component):
         self.acc_shape = sram_shape(cfg, "acc")
 
         def port(kind, mem):
-            return In(kind.Signature(addr_width=addr_bits(cfg, mem), shape=sram_shape(cfg, mem)))
+            return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem)))
 
         super().__init__({
             "start": In(1),
             "insn": In(isa.INSN_BITS),
             "done": Out(1),
-            "error": Out(4),
+            "error": Out(isa.ERROR_BITS),
             "gemm_busy": Out(1), "alu_busy": Out(1),
             "retire_gemm": Out(1), "retire_alu": Out(1),
             "uop_read": port(ReadPort, "uop"),
@@ -184,22 +184,22 @@ class ComputeCore(wiring.Component):
         reset = Signal()
         overwrite = Signal()
         use_imm = Signal()
-        alu_op = Signal(3)
+        alu_op = Signal.like(alu.alu_op)
         imm = Signal(signed(c.acc_width))
         active = Signal()
-        error = Signal(4)
+        error = Signal(isa.ERROR_BITS)
         m.d.comb += [
             loops.uop_bgn.eq(gemm.uop_bgn), loops.uop_end.eq(gemm.uop_end),
             loops.iter_out.eq(gemm.iter_out), loops.iter_in.eq(gemm.iter_in),
             loops.factors[0].eq(gemm.dst_factor_out), loops.factors[1].eq(gemm.dst_factor_in),
             loops.factors[2].eq(gemm.src_factor_out), loops.factors[3].eq(gemm.src_factor_in),
         ]
-        with m.If(self.insn[:3] == isa.Opcode.GEMM):
+        with m.If(gemm.opcode == isa.Opcode.GEMM):
             m.d.comb += [loops.factors[4].eq(gemm.wgt_factor_out), loops.factors[5].eq(gemm.wgt_factor_in)]
         uop_range_bad = (gemm.uop_bgn > gemm.uop_end) | (gemm.uop_end > c.uop_depth)
         with m.If(self.start):
             m.d.sync += [
-                is_gemm.eq(self.insn[:3] == isa.Opcode.GEMM),
+                is_gemm.eq(gemm.opcode == isa.Opcode.GEMM),
                 reset.eq(gemm.reset), overwrite.eq(gemm.overwrite), use_imm.eq(alu.use_imm), alu_op.eq(alu.alu_op),
                 imm.eq(alu.imm), error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0)),
             ]

@@ -15,7 +15,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright import isa
-from tilewright.isa import AluOp, ErrorCode, MemType, Opcode
+from tilewright.isa import AluOp, ErrorCode, Opcode, Stream
 
 from .axi import AxiReadSignature
 from .dma import ElementPacker, RowReader
@@ -41,7 +41,7 @@ class Fetch(wiring.Component):
         Stop dispatching.
     fault : Out(1)
         One-cycle pulse: the instruction at ``index`` is illegal (``error``).
-    error : Out(4)
+    error : Out(ERROR_BITS)
     index : Out(32)
         Index of the next instruction to dispatch.
     done : Out(1)
@@ -63,7 +63,7 @@ class Fetch(wiring.Component):
             "load": cmd, "compute": cmd, "store": cmd,
             "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=cfg.dram_bus_width)),
             "halt": In(1),
-            "fault": Out(1), "error": Out(4), "index": Out(32),
+            "fault": Out(1), "error": Out(isa.ERROR_BITS), "index": Out(32),
             "done": Out(1), "stalled": Out(1), "dispatched": Out(1), "busy": Out(1),
         })
 
@@ -107,23 +107,27 @@ class Fetch(wiring.Component):
         header = data.View(layouts["header"], word)
         mem = data.View(layouts[Opcode.LOAD], word).memory_type
         alu_op = data.View(layouts[Opcode.ALU], word).alu_op
+        # Routing and legality as isa.stream_of / isa.fetch_error define them.
         opcode = header.opcode
-        to_load = (opcode == Opcode.LOAD) & ((mem == MemType.INP) | (mem == MemType.WGT))
+        to_load = (opcode == Opcode.LOAD) & mem.matches(*(t for t, s in isa.LOAD_STREAMS.items() if s == Stream.LOAD))
         to_store = opcode == Opcode.STORE
         to_compute = ~to_load & ~to_store
-        load_mem_ok = (mem == MemType.UOP) | (mem == MemType.WGT) | (mem == MemType.INP) \
-            | (mem == MemType.ACC) | (mem == MemType.ACC8)
-        error = Signal(4)
+        bad_memory = (((opcode == Opcode.LOAD) & ~mem.matches(*isa.LOAD_STREAMS))
+                      | (to_store & ~mem.matches(*isa.STORE_MEMORY_TYPES)))
+        bad_flag = 0
+        for executing, routed in ((Stream.LOAD, to_load), (Stream.COMPUTE, to_compute), (Stream.STORE, to_store)):
+            for flag in isa.illegal_flags(executing):
+                bad_flag |= routed & getattr(header, flag)
+        error = Signal(isa.ERROR_BITS)
         with m.If(misaligned | reader.error):
             m.d.comb += error.eq(ErrorCode.BUS_ERROR)
-        with m.Elif(opcode > max(Opcode)):
+        with m.Elif(~opcode.matches(*isa.INSTRUCTION_TYPES)):
             m.d.comb += error.eq(ErrorCode.ILLEGAL_OPCODE)
-        with m.Elif(((opcode == Opcode.LOAD) & ~load_mem_ok) | (to_store & (mem != MemType.OUT))):
+        with m.Elif(bad_memory):
             m.d.comb += error.eq(ErrorCode.ILLEGAL_MEMORY_TYPE)
-        with m.Elif((opcode == Opcode.ALU) & (alu_op > max(AluOp))):
+        with m.Elif((opcode == Opcode.ALU) & ~alu_op.matches(*AluOp)):
             m.d.comb += error.eq(ErrorCode.ILLEGAL_ALU_OP)
-        with m.Elif((to_load & (header.pop_prev | header.push_prev))
-                    | (to_store & (header.pop_next | header.push_next))):
+        with m.Elif(bad_flag):
             m.d.comb += error.eq(ErrorCode.ILLEGAL_DEPENDENCY)
 
         for queue, selected in ((self.load, to_load), (self.compute, to_compute), (self.store, to_store)):

@@ -11,7 +11,7 @@ from tilewright.isa import MemType
 from .axi import AxiReadSignature
 from .padded_load import PaddedLoad
 from .sequencer import CommandLayout, Sequencer, TokenPort
-from .sram import addr_bits, sram_shape
+from .sram import sram_shape
 
 __all__ = ["LoadUnit"]
 
@@ -38,12 +38,12 @@ class LoadUnit(wiring.Component):
         super().__init__({
             "cmd": In(stream.Signature(CommandLayout())),
             "next": Out(TokenPort()),
-            "inp_write": In(WritePort.Signature(addr_width=addr_bits(cfg, "inp"), shape=sram_shape(cfg, "inp"))),
-            "wgt_write": In(WritePort.Signature(addr_width=addr_bits(cfg, "wgt"), shape=sram_shape(cfg, "wgt"))),
+            "inp_write": In(WritePort.Signature(addr_width=cfg.index_bits("inp"), shape=sram_shape(cfg, "inp"))),
+            "wgt_write": In(WritePort.Signature(addr_width=cfg.index_bits("wgt"), shape=sram_shape(cfg, "wgt"))),
             "axi_inp": Out(AxiReadSignature(addr_width=addr_width, data_width=bus)),
             "axi_wgt": Out(AxiReadSignature(addr_width=addr_width, data_width=bus)),
             "halt": In(1),
-            "fault": Out(1), "error": Out(4), "index": Out(32), "started": Out(1),
+            "fault": Out(1), "error": Out(isa.ERROR_BITS), "index": Out(32), "started": Out(1),
             "busy": Out(1), "blocked": Out(1), "retired": Out(1), "dma_busy": Out(1),
             "wait_pop_next": Out(1), "wait_push_next": Out(1),
             "bytes_inp": Out(32), "bytes_wgt": Out(32),
@@ -54,11 +54,8 @@ class LoadUnit(wiring.Component):
         c = self.cfg
         layouts = isa.instruction_layouts(c)
         m.submodules.seq = seq = Sequencer(insn_layout=layouts["header"])
-        kw = dict(insn_layout=layouts[isa.Opcode.LOAD], addr_width=self.addr_width, data_width=c.dram_bus_width)
-        m.submodules.inp = inp = PaddedLoad(elem_bytes=c.elem_bytes("inp"), entry_shape=sram_shape(c, "inp"),
-                                            depth=c.inp_depth, **kw)
-        m.submodules.wgt = wgt = PaddedLoad(elem_bytes=c.elem_bytes("wgt"), entry_shape=sram_shape(c, "wgt"),
-                                            depth=c.wgt_depth, **kw)
+        m.submodules.inp = inp = PaddedLoad(c, MemType.INP, addr_width=self.addr_width)
+        m.submodules.wgt = wgt = PaddedLoad(c, MemType.WGT, addr_width=self.addr_width)
         wiring.connect(m, wiring.flipped(self.cmd), seq.cmd)
         wiring.connect(m, seq.next, wiring.flipped(self.next))
         wiring.connect(m, inp.write, wiring.flipped(self.inp_write))

@@ -5,14 +5,14 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import WritePort
 from amaranth.lib.wiring import In, Out
 
-from tilewright.isa import ErrorCode
+from tilewright import isa
+from tilewright.isa import ERROR_BITS, ErrorCode
 
 from .axi import AxiReadSignature
 from .dma import ElementPacker, RowReader
+from .sram import sram_shape
 
 __all__ = ["PaddedLoad"]
-
-ERROR_BITS = 4
 
 
 class PaddedLoad(wiring.Component):
@@ -27,14 +27,10 @@ class PaddedLoad(wiring.Component):
 
     Parameters
     ----------
-    insn_layout : data.Layout
-        The LOAD instruction layout from :func:`tilewright.isa.instruction_layouts`.
-    elem_bytes : int
-        Bytes of one DRAM element.
-    entry_shape : shape-like
-        Shape of one SRAM entry.
-    depth : int
-        SRAM entries.
+    cfg : HwConfig
+    memory_type : MemType
+        What this unit loads: its DRAM element (``memory_type.dram_elem``)
+        and the SRAM it writes (``memory_type.buffer``) size everything else.
     convert : callable or None
         Maps a DRAM element (``elem_bytes·8`` bits) to an entry (e.g. sign
         extension for ACC8); plain bit copy if None.
@@ -46,7 +42,7 @@ class PaddedLoad(wiring.Component):
     insn : In(insn_layout)
     done : Out(1)
         One-cycle pulse when the instruction has finished.
-    error : Out(4)
+    error : Out(ERROR_BITS)
         Error code, valid with ``done`` (0 = none).
     bytes_read : Out(32)
         DRAM bytes the last instruction read, valid with ``done``.
@@ -55,18 +51,20 @@ class PaddedLoad(wiring.Component):
     axi : Out(AxiReadSignature)
     """
 
-    def __init__(self, *, insn_layout, elem_bytes, entry_shape, depth, addr_width, data_width,
-                 convert=None):
-        self.insn_layout, self.elem_bytes, self.depth = insn_layout, elem_bytes, depth
+    def __init__(self, cfg, memory_type, *, addr_width, convert=None):
+        buffer = memory_type.buffer
+        self.insn_layout = isa.instruction_layouts(cfg)[isa.Opcode.LOAD]
+        self.elem_bytes, self.depth = cfg.elem_bytes(memory_type.dram_elem), cfg.depth(buffer)
+        entry_shape, data_width = sram_shape(cfg, buffer), cfg.dram_bus_width
         self.addr_width, self.data_width, self.convert = addr_width, data_width, convert
         self.entry_shape = entry_shape
         super().__init__({
             "start": In(1),
-            "insn": In(insn_layout),
+            "insn": In(self.insn_layout),
             "done": Out(1),
             "error": Out(ERROR_BITS),
             "bytes_read": Out(32),
-            "write": In(WritePort.Signature(addr_width=max(1, (depth - 1).bit_length()), shape=entry_shape)),
+            "write": In(WritePort.Signature(addr_width=cfg.index_bits(buffer), shape=entry_shape)),
             "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=data_width)),
         })
 
@@ -80,14 +78,13 @@ class PaddedLoad(wiring.Component):
         wiring.connect(m, reader.axi, wiring.flipped(self.axi))
 
         insn = Signal(self.insn_layout)
-        rows = Signal(range(2 * 15 + (1 << 16)))
-        cols = Signal(range(2 * 15 + (1 << 16)))
+        padded = 2 * ((1 << isa.PAD_BITS) - 1) + (1 << isa.SIZE_BITS)    # the most rows or columns a LOAD writes
+        rows = Signal(range(padded))
+        cols = Signal(range(padded))
         extent = Signal(2 * len(rows))
-        m.d.comb += [rows.eq(insn.y_pad0 + insn.y_size + insn.y_pad1),
-                     cols.eq(insn.x_pad0 + insn.x_size + insn.x_pad1),
-                     extent.eq(rows * cols)]
+        m.d.comb += [rows.eq(isa.padded_rows(insn)), cols.eq(isa.padded_cols(insn)), extent.eq(rows * cols)]
         dram_end = Signal(64)      # one past the last DRAM byte touched
-        m.d.comb += dram_end.eq((insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) << shift)
+        m.d.comb += dram_end.eq(isa.dram_end(insn) << shift)
 
         r = Signal.like(rows)
         c = Signal.like(cols)

@@ -6,15 +6,52 @@
 
 from dataclasses import dataclass
 
-from amaranth import Module, Signal
-from amaranth.lib import wiring
+from amaranth import Module, Signal, unsigned
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import AxiLiteSignature
+from tilewright.isa import ERROR_BITS, ErrorCode
 
-__all__ = ["Register", "REGISTERS", "COUNTERS", "RegisterFile", "ADDR_WIDTH", "register_table"]
+from .axi import RESP_OKAY, AxiLiteSignature
+
+__all__ = ["Register", "REGISTERS", "COUNTERS", "RegisterFile", "ADDR_WIDTH", "register_table",
+           "STATUS_FIELDS", "STATUS_LAYOUT", "Status", "CONTROL_START"]
 
 ADDR_WIDTH = 8
+
+#: The ``control`` bit that starts a run.
+CONTROL_START_BIT = 0
+CONTROL_START = 1 << CONTROL_START_BIT
+
+#: Fields of the ``status`` register: name -> (lowest bit, width).
+STATUS_FIELDS = {"busy": (0, 1), "done": (1, 1), "error": (8, ERROR_BITS)}
+
+#: The ``status`` register as an Amaranth layout (bits no field names read 0).
+STATUS_LAYOUT = data.FlexibleLayout(32, {name: data.Field(unsigned(width), lsb)
+                                         for name, (lsb, width) in STATUS_FIELDS.items()})
+
+
+@dataclass(frozen=True)
+class Status:
+    """The ``status`` register, decoded: what a host driver or harness reads after a run."""
+    busy: bool
+    done: bool
+    error: int       # an :class:`~tilewright.isa.ErrorCode` value
+
+    @classmethod
+    def decode(cls, word):
+        values = {name: (word >> lsb) & ((1 << width) - 1) for name, (lsb, width) in STATUS_FIELDS.items()}
+        return cls(busy=bool(values["busy"]), done=bool(values["done"]), error=values["error"])
+
+    def encode(self):
+        """The register word (the inverse of :meth:`decode`)."""
+        return sum(int(getattr(self, name)) << lsb for name, (lsb, _) in STATUS_FIELDS.items())
+
+
+def _status_doc():
+    bits = [f"bit {lsb} {name}" if width == 1 else f"bits {lsb + width - 1}:{lsb} {name} code ({ErrorCode.__name__})"
+            for name, (lsb, width) in STATUS_FIELDS.items()]
+    return ", ".join(bits)
 
 
 @dataclass(frozen=True)
@@ -26,8 +63,8 @@ class Register:
 
 
 _CONTROL = [
-    Register("control", 0x00, "w", "bit 0: start a run (clears status and counters)"),
-    Register("status", 0x04, "r", "bit 0 busy, bit 1 done, bits 11:8 error code (ErrorCode)"),
+    Register("control", 0x00, "w", f"bit {CONTROL_START_BIT}: start a run (clears status and counters)"),
+    Register("status", 0x04, "r", _status_doc()),
     Register("insn_addr", 0x08, "rw", "byte address of the first instruction"),
     Register("insn_count", 0x0C, "rw", "number of instructions"),
     Register("error_index", 0x10, "r", "index of the instruction that stopped the run with an error"),
@@ -100,7 +137,7 @@ class RegisterFile(wiring.Component):
         b_pending = Signal()
         take_write = bus.awvalid & bus.wvalid & ~b_pending
         m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write), bus.bvalid.eq(b_pending),
-                     bus.bresp.eq(0)]
+                     bus.bresp.eq(RESP_OKAY)]
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += b_pending.eq(0)
         with m.If(take_write):
@@ -111,12 +148,12 @@ class RegisterFile(wiring.Component):
                         continue
                     with m.Case(reg.offset >> 2):
                         if reg.name == "control":
-                            m.d.comb += self.start.eq(bus.wdata[0] & bus.wstrb[0])
+                            m.d.comb += self.start.eq(bus.wdata[CONTROL_START_BIT] & bus.wstrb[CONTROL_START_BIT // 8])
                         else:           # insn_addr, insn_count
                             m.d.sync += getattr(self, reg.name).eq(bus.wdata)
         # Reads: one register per request, answered the next cycle.
         r_pending = Signal()
-        m.d.comb += [bus.arready.eq(~r_pending), bus.rvalid.eq(r_pending), bus.rresp.eq(0)]
+        m.d.comb += [bus.arready.eq(~r_pending), bus.rvalid.eq(r_pending), bus.rresp.eq(RESP_OKAY)]
         with m.If(bus.rvalid & bus.rready):
             m.d.sync += r_pending.eq(0)
         with m.If(bus.arvalid & bus.arready):

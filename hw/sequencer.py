@@ -10,7 +10,7 @@ from amaranth import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from tilewright.isa import INSN_BITS
+from tilewright.isa import ERROR_BITS, INSN_BITS
 
 __all__ = ["CommandLayout", "TokenPort", "Sequencer"]
 
@@ -43,7 +43,7 @@ class Sequencer(wiring.Component):
         One-cycle pulse: the executor begins ``insn``.
     done : In(1)
         The executor has finished (with ``error``, 0 for none).
-    error : In(4)
+    error : In(ERROR_BITS)
     prev, next : Out(TokenPort())
         The token queues towards the previous and next stage (unused ones
         are left unconnected: their ``*_ready`` inputs stay 0, and the
@@ -72,7 +72,7 @@ class Sequencer(wiring.Component):
             "index": Out(INDEX_BITS),
             "start": Out(1),
             "done": In(1),
-            "error": In(4),
+            "error": In(ERROR_BITS),
             "prev": Out(TokenPort()),
             "next": Out(TokenPort()),
             "halt": In(1),

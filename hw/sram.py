@@ -5,7 +5,7 @@ from amaranth.lib import data
 
 from tilewright import isa
 
-__all__ = ["sram_shape", "addr_bits"]
+__all__ = ["sram_shape"]
 
 
 def sram_shape(cfg, mem):
@@ -23,7 +23,3 @@ def sram_shape(cfg, mem):
                     "out": (c.batch * c.block_out, c.out_width)}[mem]
     return data.ArrayLayout(signed(width), lanes)
 
-
-def addr_bits(cfg, mem):
-    """Bits of an address into SRAM ``mem``."""
-    return max(1, (cfg.depth(mem) - 1).bit_length())

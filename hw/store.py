@@ -11,7 +11,7 @@ from tilewright.isa import ErrorCode, Opcode
 from .axi import AxiWriteSignature
 from .dma import RowWriter
 from .sequencer import CommandLayout, Sequencer, TokenPort
-from .sram import addr_bits, sram_shape
+from .sram import sram_shape
 
 __all__ = ["StoreUnit"]
 
@@ -41,11 +41,11 @@ class StoreUnit(wiring.Component):
         super().__init__({
             "cmd": In(stream.Signature(CommandLayout())),
             "prev": Out(TokenPort()),
-            "out_read": In(ReadPort.Signature(addr_width=addr_bits(cfg, "out"), shape=sram_shape(cfg, "out"))),
-            "acc_read": In(ReadPort.Signature(addr_width=addr_bits(cfg, "acc"), shape=sram_shape(cfg, "acc"))),
+            "out_read": In(ReadPort.Signature(addr_width=cfg.index_bits("out"), shape=sram_shape(cfg, "out"))),
+            "acc_read": In(ReadPort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"))),
             "axi": Out(AxiWriteSignature(addr_width=addr_width, data_width=cfg.dram_bus_width)),
             "halt": In(1),
-            "fault": Out(1), "error": Out(4), "index": Out(32), "started": Out(1),
+            "fault": Out(1), "error": Out(isa.ERROR_BITS), "index": Out(32), "started": Out(1),
             "busy": Out(1), "blocked": Out(1), "retired": Out(1), "dma_busy": Out(1),
             "wait_pop_prev": Out(1), "wait_push_prev": Out(1),
             "bytes_out": Out(32),
@@ -69,7 +69,7 @@ class StoreUnit(wiring.Component):
         count = Signal(32)
         m.d.comb += count.eq(insn.y_size * insn.x_size)
         dram_end = Signal(64)
-        m.d.comb += dram_end.eq((insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) << shift)
+        m.d.comb += dram_end.eq(isa.dram_end(insn) << shift)
         m.d.comb += [
             writer.cmd.payload.addr.eq(insn.dram_base << shift),
             writer.cmd.payload.row_bytes.eq(insn.x_size << shift),
@@ -80,7 +80,7 @@ class StoreUnit(wiring.Component):
             queue.r_en.eq(writer.elements.ready),
         ]
         # SRAM reads feed the FIFO through two stages: read (1 cycle), then the product.
-        addr = Signal(addr_bits(c, "out") + 1)
+        addr = Signal(c.index_bits("out") + 1)
         left = Signal(32)
         issue = Signal()
         read_valid = Signal()           # SRAM data arrives this cycle
@@ -118,7 +118,7 @@ class StoreUnit(wiring.Component):
         in_flight = read_valid | stage_valid
 
         done = Signal()
-        error = Signal(4)
+        error = Signal(isa.ERROR_BITS)
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(seq.start):

@@ -12,7 +12,7 @@ error stops it; ``done`` rises only once no AXI transaction is in flight,
 so the next run starts from a quiet bus.
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.hdl import ResetInserter
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.memory import Memory
@@ -26,16 +26,22 @@ from .axi import AxiLiteSignature, AxiSignature, forward
 from .compute import ComputeUnit
 from .fetch import Fetch
 from .load import LoadUnit
-from .regs import ADDR_WIDTH, COUNTERS, RegisterFile
+from .regs import ADDR_WIDTH, COUNTERS, STATUS_LAYOUT, RegisterFile
 from .sequencer import CommandLayout
 from .sram import sram_shape
 from .store import StoreUnit
 from .token_queue import TokenQueue
 
-__all__ = ["Accelerator", "Datapath", "TraceSignature"]
+__all__ = ["Accelerator", "Datapath", "TraceSignature", "READ_CLIENTS", "AXI_ID_WIDTH"]
 
 #: Cycles every stream must stay blocked before the run is declared deadlocked.
 DEADLOCK_CYCLES = 8
+
+#: The units that read DRAM, in ARID order (client ``k`` of the read arbiter gets ID ``k``).
+READ_CLIENTS = ("fetch", "inp", "wgt", "uop", "acc", "acc8")
+
+#: ARID/AWID width of the DRAM port.
+AXI_ID_WIDTH = ReadArbiter.id_bits(len(READ_CLIENTS))
 
 
 class TraceSignature(wiring.Signature):
@@ -47,7 +53,7 @@ class TraceSignature(wiring.Signature):
 
     def __init__(self):
         members = {}
-        for name in ("load", "compute", "store"):
+        for name in (s.name.lower() for s in isa.Stream):
             members.update({f"{name}_start": Out(1), f"{name}_retire": Out(1), f"{name}_index": Out(32)})
         super().__init__(members)
 
@@ -78,7 +84,7 @@ class Datapath(wiring.Component):
         Begin fetching ``insn_count`` instructions at ``insn_addr``.
     insn_addr, insn_count : In(32)
     axi : Out(AxiSignature)
-    error : Out(4), error_index : Out(32), fault : Out(1)
+    error : Out(ERROR_BITS), error_index : Out(32), fault : Out(1)
         The first error of the run (``fault`` pulses once).
     finished : Out(1)
         FINISH retired.
@@ -90,12 +96,10 @@ class Datapath(wiring.Component):
 
     def __init__(self, cfg, *, addr_width):
         self.cfg, self.addr_width = cfg, addr_width
-        self.read_clients = ("fetch", "inp", "wgt", "uop", "acc", "acc8")
         members = {
             "start": In(1), "insn_addr": In(32), "insn_count": In(32),
-            "axi": Out(AxiSignature(addr_width=addr_width, data_width=cfg.dram_bus_width,
-                                    id_width=max(1, (len(self.read_clients) - 1).bit_length()))),
-            "fault": Out(1), "error": Out(4), "error_index": Out(32),
+            "axi": Out(AxiSignature(addr_width=addr_width, data_width=cfg.dram_bus_width, id_width=AXI_ID_WIDTH)),
+            "fault": Out(1), "error": Out(isa.ERROR_BITS), "error_index": Out(32),
             "finished": Out(1), "quiet": Out(1),
             "trace": Out(TraceSignature()),
         }
@@ -141,11 +145,11 @@ class Datapath(wiring.Component):
         wiring.connect(m, store.acc_read, compute.acc_for_store)
 
         # -- AXI: six readers share AR/R, the store stream owns AW/W/B ------------------
-        m.submodules.arbiter = arbiter = ReadArbiter(count=len(self.read_clients), addr_width=aw,
+        m.submodules.arbiter = arbiter = ReadArbiter(count=len(READ_CLIENTS), addr_width=aw,
                                                      data_width=c.dram_bus_width)
         readers = {"fetch": fetch.axi, "inp": load.axi_inp, "wgt": load.axi_wgt, "uop": compute.axi_uop,
                    "acc": compute.axi_acc, "acc8": compute.axi_acc8}
-        for k, name in enumerate(self.read_clients):
+        for k, name in enumerate(READ_CLIENTS):
             wiring.connect(m, readers[name], arbiter.clients()[k])
         forward(m, arbiter.bus, self.axi)
         forward(m, store.axi, self.axi, skip={"awid", "bid"})
@@ -239,7 +243,7 @@ class Accelerator(wiring.Component):
     def __init__(self, cfg, *, addr_width=32):
         self.cfg, self.addr_width = cfg, addr_width
         super().__init__({
-            "m_axi": Out(AxiSignature(addr_width=addr_width, data_width=cfg.dram_bus_width, id_width=3)),
+            "m_axi": Out(AxiSignature(addr_width=addr_width, data_width=cfg.dram_bus_width, id_width=AXI_ID_WIDTH)),
             "s_axil": In(AxiLiteSignature(addr_width=ADDR_WIDTH)),
             "irq": Out(1),
             "trace": Out(TraceSignature()),
@@ -261,6 +265,7 @@ class Accelerator(wiring.Component):
 
         busy = Signal()
         done = Signal()
+        status = Signal(STATUS_LAYOUT)
         ending = Signal()       # finished or failed, waiting for the bus to go quiet
         with m.If(start):
             m.d.sync += [busy.eq(1), done.eq(0), ending.eq(0)]
@@ -270,7 +275,8 @@ class Accelerator(wiring.Component):
             with m.If(ending & datapath.quiet):
                 m.d.sync += [busy.eq(0), done.eq(1), ending.eq(0)]
         m.d.comb += [
-            regs.status.eq(Cat(busy, done, Const(0, 6), datapath.error)),
+            status.busy.eq(busy), status.done.eq(done), status.error.eq(datapath.error),
+            regs.status.eq(status),
             regs.error_index.eq(datapath.error_index),
             regs.fingerprint.eq(int(self.cfg.fingerprint[:8], 16)),
             self.irq.eq(done),

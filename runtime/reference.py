@@ -2,22 +2,26 @@
 
 ``clip(((acc [· scale] + bias [+ (residual · residual_mul) << residual_shift]) · mul) >> shift, lo, 127)``
 with int32 wrap-around after every sum and product, an arithmetic shift, and
-``lo`` = 0 with ReLU else −128. (The test suite has its own, separate
-reference in ``tests/compiler/reference.py``.)
+``lo`` = 0 with ReLU else −128: the accelerator's int8/int32 semantics from
+:mod:`tilewright.semantics`, computed directly in numpy. (The test suite has
+its own, separate reference in ``tests/compiler/reference.py``.)
 """
+
+import functools
 
 import numpy as np
 
+from tilewright import semantics
+
 __all__ = ["conv2d_reference", "dense_reference", "requantize"]
 
-
-def _wrap32(x):
-    return ((x + (1 << 31)) % (1 << 32)) - (1 << 31)
+ACC_WIDTH, OUT_WIDTH = 32, 8
+_wrap32 = functools.partial(semantics.wrap, bits=ACC_WIDTH)
 
 
 def requantize(acc, mul, shift, relu):
-    v = _wrap32(_wrap32(acc) * mul)
-    return np.clip(v >> shift, 0 if relu else -128, 127).astype(np.int8)
+    """The int8 outputs of int32 accumulators ``acc`` (see :func:`tilewright.semantics.requantize`)."""
+    return semantics.requantize(acc, mul, shift, relu, acc_width=ACC_WIDTH, out_width=OUT_WIDTH)
 
 
 def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,

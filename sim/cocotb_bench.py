@@ -15,8 +15,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRamRead, AxiRamWrite
 
-from tilewright.hw.regs import COUNTERS, REGISTERS
-from tilewright.sim.rtl import Result
+from tilewright.hw.regs import CONTROL_START, COUNTERS, REGISTERS
+from tilewright.sim.rtl import RunResult
 
 POLL_CYCLES = 64
 OFFSETS = {r.name: r.offset for r in REGISTERS}
@@ -68,16 +68,15 @@ async def run_jobs(dut):
         memory[:] = job.dram.ljust(size, b"\0")
         await regs.write_dword(OFFSETS["insn_addr"], job.insn_addr)
         await regs.write_dword(OFFSETS["insn_count"], job.insn_count)
-        await regs.write_dword(OFFSETS["control"], 1)
+        await regs.write_dword(OFFSETS["control"], CONTROL_START)
         waited = 0
         while not int(dut.irq.value) and waited < job.max_cycles:
             await ClockCycles(dut.clk, POLL_CYCLES)
             waited += POLL_CYCLES
         status = await regs.read_dword(OFFSETS["status"])
         counters = {name: await regs.read_dword(OFFSETS[name]) for name, _ in COUNTERS}
-        results.append(Result(dram=bytes(memory), status=status, error=(status >> 8) & 0xF,
-                              error_index=await regs.read_dword(OFFSETS["error_index"]),
-                              counters=counters, cycles_waited=waited,
-                              timed_out=not int(dut.irq.value)))
+        results.append(RunResult(status=status, error_index=await regs.read_dword(OFFSETS["error_index"]),
+                                 cycles=waited, timed_out=not int(dut.irq.value), counters=counters,
+                                 dram=bytes(memory)))
     with open(os.environ["TW_RESULTS"], "wb") as f:
         pickle.dump(results, f)

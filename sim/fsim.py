@@ -27,7 +27,7 @@ import numpy as np
 
 from tilewright import isa
 from tilewright.config import load_config
-from tilewright.isa import Alu, ErrorCode, Finish, Gemm, Load, MemType, Store, Stream
+from tilewright.isa import Alu, ErrorCode, Finish, Gemm, Load, MemType, Store, Stream, dram_end
 from tilewright.semantics import alu as alu_op, requantize, wrap
 
 from .dram import Dram
@@ -331,7 +331,7 @@ class FunctionalSimulator:
     def _dram_rows(self, insn, elem):
         """A strided (y_size, x_size·elem) byte view of the DRAM rows ``insn`` moves."""
         start = insn.dram_base * elem
-        end = (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * elem
+        end = dram_end(insn) * elem
         if end > self.dram.size:
             raise ExecutionError(ErrorCode.BUS_ERROR,
                                  f"DRAM bytes [{start:#x}, {end:#x}) outside memory of {self.dram.size:#x}")
@@ -388,8 +388,9 @@ class FunctionalSimulator:
         elem = self.cfg.elem_bytes("out")
         rows = self._dram_rows(insn, elem)
         span = slice(insn.sram_base, insn.sram_base + insn.y_size * insn.x_size)
-        data = requantize(self._acc[span], insn.mul, insn.shift, insn.relu, self.cfg,
-                          self._bias if insn.bias else 0) if insn.requant else self._out[span]
+        data = requantize(self._acc[span], insn.mul, insn.shift, insn.relu, acc_width=self.cfg.acc_width,
+                          out_width=self.cfg.out_width, bias=self._bias if insn.bias else 0) \
+            if insn.requant else self._out[span]
         data = data.astype(data.dtype.newbyteorder("<")).view(np.uint8).reshape(insn.y_size, -1)
         if insn.x_stride >= insn.x_size:
             rows[...] = data

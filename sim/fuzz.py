@@ -90,6 +90,11 @@ class _Generator:
         self.uop_cursor = 0                       # next free element of the uop area
         self.uop_format = isa.uop_format(c)
 
+    def field_value(self, cls, name):
+        """A uniformly random value of field ``name`` of ``cls``, over the field's whole range."""
+        f = isa.instruction_format(cls, self.cfg).by_name[name]
+        return self.rng.randint(f.min, f.max)
+
     def region(self, mem, t):
         size = self.cfg.depth(mem) // self.threads
         return t * size, size
@@ -128,8 +133,9 @@ class _Generator:
         requant, insns = {}, []
         r = self.rng
         if r.random() < 0.4:     # requantize accumulators on the way out
-            mul = r.choice([1, r.randint(-9, 9), r.randint(-(1 << 15), (1 << 15) - 1)])
-            requant = dict(requant=True, relu=r.random() < 0.5, shift=r.randint(0, 31), mul=mul, bias=r.random() < 0.6)
+            mul = r.choice([1, r.randint(-9, 9), self.field_value(Store, "mul")])
+            requant = dict(requant=True, relu=r.random() < 0.5, shift=self.field_value(Store, "shift"), mul=mul,
+                           bias=r.random() < 0.6)
             if requant["bias"] and self.rng.random() < 0.7:     # else the register from an earlier store
                 insns.append(Store(set_bias=True, sram_base=base + self.rng.randint(0, size - 1)))
         return insns + [Store(memory_type=MemType.OUT, sram_base=base + self.rng.randint(0, size - y * x),
@@ -189,10 +195,10 @@ class _Generator:
         uops, fields = self.loops({"dst": acc} if use_imm else {"dst": acc, "src": acc})
         load, first = self.load_uops(uops)
         op = r.choice(list(AluOp))
-        if op == AluOp.SHR:
-            imm = r.randint(-40, 40)
+        if op == AluOp.SHR:     # amounts past the accumulator width saturate: reach past them both ways
+            imm = r.randint(-self.cfg.acc_width - 8, self.cfg.acc_width + 8)
         else:
-            imm = r.choice([r.randint(-8, 8), r.randint(-(1 << 15), (1 << 15) - 1)])
+            imm = r.choice([r.randint(-8, 8), self.field_value(Alu, "imm")])
         return [load, Alu(alu_op=op, use_imm=use_imm, imm=imm if use_imm else 0,
                           uop_bgn=first, uop_end=first + len(uops), **fields)]
 

@@ -5,19 +5,21 @@
 // beat per cycle), and its AXI4-Lite registers by a small manager. The host
 // talks to this process over stdin/stdout, one command per line:
 //
-//   mem SIZE NCOUNTERS         allocate SIZE bytes of DRAM; counters (from REG_COUNTERS) to read after a run
+//   mem SIZE                   allocate SIZE bytes of DRAM
 //   latency CYCLES             read latency (from address accepted to first data beat)
 //   write ADDR PATH            copy a file into DRAM
 //   read ADDR LEN PATH         copy DRAM bytes to a file
 //   run ADDR COUNT MAXCYCLES [TRACE]
 //                              run COUNT instructions at ADDR until done (or MAXCYCLES);
-//                              answers "ok STATUS ERROR_INDEX CYCLES TIMED_OUT C0 C1 ..."; with
+//                              answers "ok STATUS ERROR_INDEX CYCLES TIMED_OUT C0 C1 ..." (the counters in
+//                              COUNTER_OFFSETS order); with
 //                              TRACE, writes "cycle stream event index" lines for every
 //                              instruction start and retirement
 //   quit
 //
 // Accesses beyond the DRAM size answer SLVERR, as the cocotb bench does.
-// BUS_BYTES and the REG_* register offsets come from the build (sim/fast.py, from hw/regs.REGISTERS).
+// Every constant (bus width, register offsets, AXI response codes, traced streams) comes from
+// tw_spec.h, which sim/fast.py generates from the Python spec into the build directory.
 
 #include <cstdint>
 #include <cstdio>
@@ -30,11 +32,8 @@
 #include <vector>
 
 #include "Vtop.h"
+#include "tw_spec.h"
 #include "verilated.h"
-
-#ifndef BUS_BYTES
-#error "compile with -DBUS_BYTES=<bus width in bytes>"
-#endif
 
 #define AXI(name) top->m_axi___05F##name
 #define LITE(name) top->s_axil___05F##name
@@ -82,8 +81,7 @@ struct Harness {
     Vtop* top;
     std::vector<uint8_t> dram;
     uint64_t cycle = 0;
-    unsigned latency = 16;
-    unsigned ncounters = 0;
+    unsigned latency = 0;                // set by the host ("latency" command)
     std::deque<Burst> reads, writes;     // accepted, not finished
     unsigned read_beat = 0, write_beat = 0;
     bool write_error = false;
@@ -106,7 +104,7 @@ struct Harness {
             static uint8_t zero[BUS_BYTES];
             bool ok = in_range(a, BUS_BYTES);
             set_bytes(AXI(rdata), ok ? &dram[a] : zero);
-            AXI(rresp) = ok ? 0 : 2;
+            AXI(rresp) = ok ? AXI_RESP_OKAY : AXI_RESP_SLVERR;
             AXI(rid) = b.id;
             AXI(rlast) = read_beat + 1 == b.beats;
         }
@@ -143,7 +141,7 @@ struct Harness {
                 write_error = true;
             }
             if (++write_beat == b.beats) {
-                responses.push_back({b.id, write_error ? 2u : 0u});
+                responses.push_back({b.id, unsigned(write_error ? AXI_RESP_SLVERR : AXI_RESP_OKAY)});
                 writes.pop_front();
                 write_beat = 0;
                 write_error = false;
@@ -154,14 +152,12 @@ struct Harness {
 
     void record_trace() {
         if (!trace) return;
-        const char* names[3] = {"load", "compute", "store"};
-        bool start[3] = {bool(TRACE(load_start)), bool(TRACE(compute_start)), bool(TRACE(store_start))};
-        bool retire[3] = {bool(TRACE(load_retire)), bool(TRACE(compute_retire)), bool(TRACE(store_retire))};
-        uint32_t index[3] = {uint32_t(TRACE(load_index)), uint32_t(TRACE(compute_index)), uint32_t(TRACE(store_index))};
-        for (int s = 0; s < 3; s++) {
-            if (start[s]) std::fprintf(trace, "%llu %s start %u\n", (unsigned long long)cycle, names[s], index[s]);
-            if (retire[s]) std::fprintf(trace, "%llu %s end %u\n", (unsigned long long)cycle, names[s], index[s]);
-        }
+        unsigned long long now = cycle;
+#define TW_TRACE_STREAM(s)                                                                   \
+        if (TRACE(s##_start)) std::fprintf(trace, "%llu " #s " start %u\n", now, uint32_t(TRACE(s##_index))); \
+        if (TRACE(s##_retire)) std::fprintf(trace, "%llu " #s " end %u\n", now, uint32_t(TRACE(s##_index)));
+        TW_STREAMS(TW_TRACE_STREAM)
+#undef TW_TRACE_STREAM
     }
 
     void tick() {
@@ -180,7 +176,7 @@ struct Harness {
     void lite_write(uint32_t addr, uint32_t data) {
         LITE(awaddr) = addr;
         LITE(wdata) = data;
-        LITE(wstrb) = 0xF;
+        LITE(wstrb) = AXIL_WSTRB_ALL;
         LITE(awvalid) = 1;
         LITE(wvalid) = 1;
         LITE(bready) = 1;
@@ -258,7 +254,7 @@ int main(int argc, char** argv) {
         in >> cmd;
         if (cmd == "mem") {
             uint64_t size;
-            in >> size >> h.ncounters;
+            in >> size;
             h.dram.assign(size, 0);
             std::cout << "ok" << std::endl;
         } else if (cmd == "latency") {
@@ -296,7 +292,7 @@ int main(int argc, char** argv) {
             h.trace = trace_path.empty() ? nullptr : std::fopen(trace_path.c_str(), "w");
             h.lite_write(REG_INSN_ADDR, uint32_t(addr));
             h.lite_write(REG_INSN_COUNT, uint32_t(count));
-            h.lite_write(REG_CONTROL, 1);
+            h.lite_write(REG_CONTROL, CONTROL_START);
             uint64_t start = h.cycle;
             bool timed_out = false;
             h.tick();                         // done drops in the cycle after the start write
@@ -311,7 +307,7 @@ int main(int argc, char** argv) {
             h.trace = nullptr;
             uint32_t status = h.lite_read(REG_STATUS), index = h.lite_read(REG_ERROR_INDEX);
             std::cout << "ok " << status << " " << index << " " << (h.cycle - start) << " " << timed_out;
-            for (unsigned k = 0; k < h.ncounters; k++) std::cout << " " << h.lite_read(REG_COUNTERS + 4 * k);
+            for (uint32_t offset : COUNTER_OFFSETS) std::cout << " " << h.lite_read(offset);
             std::cout << std::endl;
         } else if (cmd == "quit") {
             break;

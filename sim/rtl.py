@@ -8,6 +8,7 @@ DRAM and the register bus played by cocotbext-axi models, and returns final
 DRAM images, status and counters.
 """
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -17,8 +18,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RtlError", "Job", "Result", "build", "run_programs", "verilog_source", "cache_dir", "lint",
-           "LINT_WAIVERS"]
+__all__ = ["RtlError", "Job", "RunResult", "build", "run_programs", "verilog_source", "cache_dir", "lint",
+           "LINT_WAIVERS", "locked"]
 
 
 class RtlError(RuntimeError):
@@ -33,6 +34,21 @@ def cache_dir():
     if (root / "pyproject.toml").exists():
         return root / "build" / "rtl"
     return Path.home() / ".cache" / "tilewright" / "rtl"
+
+
+@contextlib.contextmanager
+def locked(build_dir):
+    """Hold the lock of one build-cache entry (``<entry>.lock`` beside it), creating the entry.
+
+    Processes that want the same entry (pytest-xdist workers, a tuner's
+    measurement processes) wait while the first one builds it, then find it
+    built; different entries build in parallel.
+    """
+    from filelock import FileLock
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(build_dir.parent / f"{build_dir.name}.lock"):
+        yield build_dir
 
 
 def _verilator_env():
@@ -84,21 +100,21 @@ def build(cfg, *, quiet=True):
     digest = hashlib.sha256(text.encode() + " ".join(BUILD_ARGS).encode()).hexdigest()[:16]
     build_dir = cache_dir() / f"{cfg.tag}-{cfg.fingerprint[:8]}-{digest}"
     marker = build_dir / "built.ok"
-    if marker.exists():
+    with locked(build_dir):
+        if marker.exists():
+            return build_dir
+        source = build_dir / "top.v"
+        source.write_text(text)
+        _verilator_env()
+        from cocotb_tools.runner import get_runner
+        runner = get_runner("verilator")
+        try:
+            runner.build(sources=[source], hdl_toplevel="top", build_dir=build_dir, build_args=BUILD_ARGS,
+                         always=True, log_file=build_dir / "build.log" if quiet else None)
+        except SystemExit as e:
+            raise RtlError(f"Verilator build failed for {cfg.name}; see {build_dir / 'build.log'}") from e
+        marker.write_text(digest)
         return build_dir
-    build_dir.mkdir(parents=True, exist_ok=True)
-    source = build_dir / "top.v"
-    source.write_text(text)
-    _verilator_env()
-    from cocotb_tools.runner import get_runner
-    runner = get_runner("verilator")
-    try:
-        runner.build(sources=[source], hdl_toplevel="top", build_dir=build_dir, build_args=BUILD_ARGS,
-                     always=True, log_file=build_dir / "build.log" if quiet else None)
-    except SystemExit as e:
-        raise RtlError(f"Verilator build failed for {cfg.name}; see {build_dir / 'build.log'}") from e
-    marker.write_text(digest)
-    return build_dir
 
 
 @dataclass
@@ -111,25 +127,45 @@ class Job:
 
 
 @dataclass
-class Result:
-    """What a run left behind."""
-    dram: bytes
+class RunResult:
+    """What one run on the RTL left behind, from either harness.
+
+    ``status`` is the raw status register (decoded by :attr:`done`,
+    :attr:`busy`, :attr:`error`); ``cycles`` is exact from the C++ harness
+    and the polling bound (a multiple of its poll interval) from the cocotb
+    bench, whose exact count is ``counters["cycles"]``; ``dram`` is the final
+    DRAM image where the harness returns it (the cocotb bench).
+    """
     status: int
-    error: int
     error_index: int
+    cycles: int
+    timed_out: bool
     counters: dict = field(default_factory=dict)
-    cycles_waited: int = 0
-    timed_out: bool = False
+    dram: bytes | None = None
+
+    @property
+    def _status(self):
+        from tilewright.hw.regs import Status
+        return Status.decode(self.status)
 
     @property
     def done(self):
-        return bool(self.status & 2)
+        return self._status.done
+
+    @property
+    def busy(self):
+        return self._status.busy
+
+    @property
+    def error(self):
+        """The :class:`~tilewright.isa.ErrorCode` value the run stopped with (0: none)."""
+        return self._status.error
 
 
 def run_programs(cfg, jobs, *, dram_bytes, waves=False):
     """Run ``jobs`` one after another on one RTL instance (SRAMs persist between them, as in fsim).
 
-    Returns a list of :class:`Result`. DRAM reads and writes beyond
+    Returns a list of :class:`RunResult`. DRAM reads and writes beyond
     ``dram_bytes`` answer with an AXI error response.
     """
     build_dir = build(cfg)

@@ -23,6 +23,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import isa
+
 __all__ = ["ConfigError", "HwConfig", "PRESETS", "load_config"]
 
 
@@ -110,10 +112,10 @@ class HwConfig:
             if size < elem:
                 raise ConfigError(f"{mem}_buffer_bytes={size} is smaller than one {mem} block "
                                   f"({elem} bytes)")
-        # The ISA spec checks that every field fits its instruction; import
-        # here because the spec itself is built on this class.
-        from . import isa
-        isa.check_config(self)
+        # Field widths follow the buffer depths: every instruction must still fit its word.
+        problem = isa.config_problem(self)
+        if problem:
+            raise ConfigError(problem)
 
     # -- derived quantities -------------------------------------------------
 
@@ -162,8 +164,8 @@ class HwConfig:
 
     @property
     def uop_bits(self):
-        """Bits of one micro-op: acc index, inp-or-acc index, wgt index."""
-        return self.index_bits("acc") + self.src_index_bits + self.index_bits("wgt")
+        """Bits of one micro-op's fields (:class:`tilewright.isa.Uop`): acc index, inp-or-acc index, wgt index."""
+        return isa.uop_bits(self)
 
     @property
     def src_index_bits(self):

@@ -24,7 +24,9 @@ __all__ = [
     "IsaError", "IllegalInstruction", "Instruction", "Load", "Store", "Gemm", "Alu", "Finish",
     "Uop", "FieldLayout", "Format", "instruction_format", "uop_format", "INSTRUCTION_TYPES",
     "encode", "decode", "encode_program", "decode_program", "validate", "fetch_error", "stream_of",
-    "queue_of", "DEP_FLAGS", "check_config", "instruction_layouts", "uop_layout",
+    "queue_of", "illegal_flags", "dram_end", "padded_rows", "padded_cols", "LOAD_STREAMS",
+    "STORE_MEMORY_TYPES", "DEP_FLAGS", "config_problem", "uop_bits", "instruction_layouts", "uop_layout",
+    "ERROR_BITS",
 ]
 
 INSN_BITS = 128
@@ -94,6 +96,10 @@ class ErrorCode(enum.IntEnum):
     BUS_ERROR = 8             # DRAM access outside memory (an AXI error response)
     DEADLOCK = 9              # every stream waits and no instruction can move
     PROTOCOL = 10             # FINISH with tokens left or other streams not drained
+
+
+#: Bits of an error code, in the hardware's error ports and the status register.
+ERROR_BITS = max(ErrorCode).bit_length()
 
 
 class IsaError(ValueError):
@@ -171,6 +177,25 @@ class Instruction:
         return stream_of(self)
 
 
+def dram_end(insn):
+    """One past the last DRAM element a LOAD or STORE moves: ``dram_base + (y_size-1)·x_stride + x_size``.
+
+    ``insn`` is an instruction or an Amaranth view of one: the RTL computes
+    the same expression in gates.
+    """
+    return insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size
+
+
+def padded_rows(load):
+    """Rows a LOAD writes into SRAM: ``y_pad0 + y_size + y_pad1`` (an instruction or a view of one)."""
+    return load.y_pad0 + load.y_size + load.y_pad1
+
+
+def padded_cols(load):
+    """Entries per row a LOAD writes into SRAM: ``x_pad0 + x_size + x_pad1``."""
+    return load.x_pad0 + load.x_size + load.x_pad1
+
+
 @dataclass(frozen=True)
 class _Mem(Instruction):
     memory_type: MemType = _field(3, "memory moved (MemType); also the unit of dram_base and x_stride",
@@ -203,11 +228,11 @@ class Load(_Mem):
 
     @property
     def sram_rows(self):
-        return self.y_pad0 + self.y_size + self.y_pad1
+        return padded_rows(self)
 
     @property
     def sram_cols(self):
-        return self.x_pad0 + self.x_size + self.x_pad1
+        return padded_cols(self)
 
     @property
     def sram_extent(self):
@@ -407,16 +432,25 @@ def uop_format(cfg):
     return Format(Uop, cfg, total_bits=cfg.uop_bits_stored)
 
 
-def check_config(cfg):
-    """Raise :class:`~tilewright.config.ConfigError` if some format overflows its word."""
-    from .config import ConfigError
+def uop_bits(cfg):
+    """Bits of one micro-op's fields under ``cfg`` (stored padded to 32 or 64)."""
+    return Format(Uop, cfg, total_bits=64).used_bits
+
+
+def config_problem(cfg):
+    """Why ``cfg`` cannot encode some instruction or micro-op (a message), or None.
+
+    :class:`~tilewright.config.HwConfig` raises it as a ``ConfigError``; this
+    module reads configs but never imports the config module.
+    """
     for fmt in [Format(cls, cfg, total_bits=INSN_BITS) for cls in INSTRUCTION_TYPES.values()]:
         if fmt.used_bits > fmt.total_bits:
             widths = ", ".join(f"{f.name} {f.width}" for f in fmt.fields if f.width > 1)
-            raise ConfigError(f"the {fmt.name} instruction needs {fmt.used_bits} bits, more than "
-                              f"{fmt.total_bits} ({widths}); shrink the buffers")
-    if cfg.uop_bits > 64:
-        raise ConfigError(f"a micro-op needs {cfg.uop_bits} bits, more than 64; shrink the buffers")
+            return (f"the {fmt.name} instruction needs {fmt.used_bits} bits, more than "
+                    f"{fmt.total_bits} ({widths}); shrink the buffers")
+    if uop_bits(cfg) > 64:
+        return f"a micro-op needs {uop_bits(cfg)} bits, more than 64; shrink the buffers"
+    return None
 
 
 # -- encode / decode ---------------------------------------------------------
@@ -459,8 +493,12 @@ def validate(insn, cfg):
 
 # -- streams and queues ------------------------------------------------------
 
-_LOAD_STREAM = {MemType.INP: Stream.LOAD, MemType.WGT: Stream.LOAD, MemType.UOP: Stream.COMPUTE,
+#: The stream a LOAD of each memory type runs in; a LOAD of any other type is illegal.
+LOAD_STREAMS = {MemType.INP: Stream.LOAD, MemType.WGT: Stream.LOAD, MemType.UOP: Stream.COMPUTE,
                 MemType.ACC: Stream.COMPUTE, MemType.ACC8: Stream.COMPUTE}
+
+#: The memory types a STORE may move (it runs in the store stream).
+STORE_MEMORY_TYPES = (MemType.OUT,)
 
 #: Dependency flag names in header order.
 DEP_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
@@ -477,9 +515,9 @@ _QUEUES = {
 def stream_of(insn):
     """The stream executing ``insn``, or None if its memory type routes nowhere."""
     if isinstance(insn, Load):
-        return _LOAD_STREAM.get(insn.memory_type)
+        return LOAD_STREAMS.get(insn.memory_type)
     if isinstance(insn, Store):
-        return Stream.STORE if insn.memory_type == MemType.OUT else None
+        return Stream.STORE if insn.memory_type in STORE_MEMORY_TYPES else None
     return Stream.COMPUTE
 
 
@@ -488,18 +526,23 @@ def queue_of(stream, flag):
     return _QUEUES[Stream(stream)][flag]
 
 
+def illegal_flags(stream):
+    """The dependency flags that name no queue of ``stream`` (fetch rejects them)."""
+    return [flag for flag in DEP_FLAGS if queue_of(stream, flag) is None]
+
+
 def fetch_error(insn):
     """``(ErrorCode, message)`` if fetch must reject ``insn``, else None."""
     kind = insn.OPCODE.name
     if isinstance(insn, (Load, Store)) and stream_of(insn) is None:
-        allowed = "OUT" if isinstance(insn, Store) else "UOP, WGT, INP, ACC, ACC8"
+        allowed = ", ".join(m.name for m in (STORE_MEMORY_TYPES if isinstance(insn, Store) else LOAD_STREAMS))
         name = getattr(insn.memory_type, "name", insn.memory_type)
         return ErrorCode.ILLEGAL_MEMORY_TYPE, f"{kind} cannot move memory type {name} (allowed: {allowed})"
     if isinstance(insn, Alu) and insn.alu_op not in AluOp._value2member_map_:
         return ErrorCode.ILLEGAL_ALU_OP, f"illegal ALU opcode {int(insn.alu_op)}"
     stream = stream_of(insn)
-    for flag in DEP_FLAGS:
-        if getattr(insn, flag) and queue_of(stream, flag) is None:
+    for flag in illegal_flags(stream):
+        if getattr(insn, flag):
             return (ErrorCode.ILLEGAL_DEPENDENCY,
                     f"{kind} runs in the {stream.name.lower()} stream, which has no {flag} queue")
     return None

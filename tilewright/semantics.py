@@ -22,7 +22,7 @@ import numpy as np
 
 from .isa import AluOp
 
-__all__ = ["wrap", "narrow", "alu", "requantize"]
+__all__ = ["wrap", "narrow", "alu", "out_range", "requantize"]
 
 
 def wrap(x, bits):
@@ -67,14 +67,24 @@ def alu(op, a, b, bits):
     return _shift(a, b, bits)
 
 
-def requantize(acc, mul, shift, relu, cfg, bias=0):
+def out_range(out_width, relu=False):
+    """``(lo, hi)``: the range an output is clipped to before narrowing.
+
+    ``hi`` is the largest ``out_width``-bit value; ``lo`` is 0 with ReLU, else
+    the smallest. The requantizing STORE, the compiler's epilogue and every
+    reference read it here.
+    """
+    hi = (1 << (out_width - 1)) - 1
+    return (0 if relu else -hi - 1), hi
+
+
+def requantize(acc, mul, shift, relu, *, acc_width, out_width, bias=0):
     """A requantizing STORE's output values (``out_width`` dtype) from accumulators ``acc``.
 
-    ``clip(((acc + bias) · mul) >> shift)``, the sum and the product each
-    wrapped to ``acc_width`` as the ALU's ADD and MUL wrap.
+    ``clip(((acc + bias) · mul) >> shift, *out_range(out_width, relu))``, the
+    sum and the product each wrapped to ``acc_width`` as the ALU's ADD and MUL
+    wrap.
     """
-    total = wrap(np.asarray(acc, dtype=np.int64) + np.asarray(bias, dtype=np.int64), cfg.acc_width)
-    product = wrap(total * mul, cfg.acc_width)
-    hi = (1 << (cfg.out_width - 1)) - 1
-    lo = 0 if relu else -hi - 1
-    return np.clip(product >> shift, lo, hi).astype(f"int{cfg.out_width}")
+    total = wrap(np.asarray(acc, dtype=np.int64) + np.asarray(bias, dtype=np.int64), acc_width)
+    product = wrap(total * mul, acc_width)
+    return np.clip(product >> shift, *out_range(out_width, relu)).astype(f"int{out_width}")

@@ -308,7 +308,8 @@ def _wrap32(v):
 
 def _requantize_int(acc, node):
     """The accelerator's STORE epilogue: clip((acc · mul) >> shift, lo, 127), int32 wrap-around."""
-    return requantize(acc, node.attr("mul"), node.attr("shift"), node.attr("relu"), QUANTIZED_WIDTHS)
+    return requantize(acc, node.attr("mul"), node.attr("shift"), node.attr("relu"),
+                      acc_width=QUANTIZED_WIDTHS.acc_width, out_width=QUANTIZED_WIDTHS.out_width)
 
 
 def _qconv(node, x, w, b, r=None, scale=None):
