@@ -119,22 +119,27 @@ class HwConfig:
 
     # -- derived quantities -------------------------------------------------
 
-    def elem_bytes(self, mem):
-        """Bytes of one element (one SRAM entry) of memory ``mem``.
+    def lanes(self, mem):
+        """``(count, width)`` of the integers one element of ``mem`` holds.
 
-        ``mem`` is one of ``"uop"``, ``"inp"``, ``"wgt"``, ``"acc"``,
-        ``"out"``, ``"acc8"`` (the int8 DRAM form of an accumulator block).
+        ``mem`` is one of ``"inp"`` (batch × block_in), ``"wgt"`` (block_out ×
+        block_in), ``"acc"``, ``"out"`` (batch × block_out) and ``"acc8"``
+        (the int8 DRAM form of an accumulator block).
         """
+        return {
+            "inp": (self.batch * self.block_in, self.inp_width),
+            "wgt": (self.block_out * self.block_in, self.wgt_width),
+            "acc": (self.batch * self.block_out, self.acc_width),
+            "out": (self.batch * self.block_out, self.out_width),
+            "acc8": (self.batch * self.block_out, 8),
+        }[mem]
+
+    def elem_bytes(self, mem):
+        """Bytes of one element (one SRAM entry) of memory ``mem``: ``"uop"`` or one of :meth:`lanes`'."""
         if mem == "uop":
             return self.uop_bits_stored // 8
-        bits = {
-            "inp": self.batch * self.block_in * self.inp_width,
-            "wgt": self.block_out * self.block_in * self.wgt_width,
-            "acc": self.batch * self.block_out * self.acc_width,
-            "out": self.batch * self.block_out * self.out_width,
-            "acc8": self.batch * self.block_out * 8,
-        }[mem]
-        return bits // 8
+        count, width = self.lanes(mem)
+        return count * width // 8
 
     def depth(self, mem):
         """Entries in buffer ``mem`` (``"out"`` shares the accumulator's index space)."""
