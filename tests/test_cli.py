@@ -12,6 +12,8 @@ from tilewright.asm import disassemble
 from tilewright.cli import main
 from tilewright.isa import Alu, AluOp, Finish, Load, MemType
 
+from .words import ILLEGAL_OPCODES, opcode_only
+
 
 def test_info_json_default():
     out = subprocess.run([sys.executable, "-m", "tilewright.cli", "info", "--config", "default", "--json"],
@@ -54,12 +56,13 @@ def test_asm_disasm_round_trip(tmp_path, capsys):
     (["asm", "{tmp}/missing.s", "-c", "tiny"], "error: cannot read {tmp}/missing.s"),
     (["asm", "{tmp}/bad.s", "-c", "tiny"], "error: {tmp}/bad.s: line 2: unknown mnemonic 'nop'"),
     (["disasm", "{tmp}/odd.bin", "-c", "tiny"], "error: {tmp}/odd.bin: instruction stream of 5 bytes"),
-    (["disasm", "{tmp}/illegal.bin", "-c", "tiny"], "error: {tmp}/illegal.bin: illegal opcode 7"),
+    (["disasm", "{tmp}/illegal.bin", "-c", "tiny"],
+     f"error: {{tmp}}/illegal.bin: illegal opcode {ILLEGAL_OPCODES[-1]}"),
 ])
 def test_user_errors_are_one_line(tmp_path, argv, message):
     (tmp_path / "bad.s").write_text("finish\nnop\n")
     (tmp_path / "odd.bin").write_bytes(bytes(5))
-    (tmp_path / "illegal.bin").write_bytes(bytes([7]) + bytes(15))
+    (tmp_path / "illegal.bin").write_bytes(opcode_only(ILLEGAL_OPCODES[-1]))
     argv = [a.format(tmp=tmp_path) for a in argv]
     proc = subprocess.run([sys.executable, "-m", "tilewright.cli", *argv], capture_output=True, text=True)
     assert proc.returncode == 1

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tilewright
-from tilewright import PRESETS
+from tilewright import PRESETS, isa
 from tilewright.compiler import build, check
 from tilewright.compiler.ops import (ConvTiles, Conv2dSpec, DenseSpec, DenseTiles, conv_tiles, dense_tiles,
                                      conv2d as conv2d_schedule, dense as dense_schedule)
@@ -28,7 +28,7 @@ from tilewright.runtime import layout
 from .reference import conv2d_ref, dense_ref
 
 STAT_KEYS = ("gemm_uops", "alu_uops", "dram_bytes_read", "dram_bytes_written", "instructions")
-MUL_LIMIT = 1 << 15      # mul is a signed 16-bit immediate
+MUL_LIMIT = 1 << (isa.IMM_BITS - 1)      # mul is the ALU's signed immediate
 
 
 def rand_i8(rng, shape):
@@ -326,30 +326,31 @@ def test_conv1x1_padded_larger_tiles_work():
 
 # -- virtual threads --------------------------------------------------------------------------
 
-def _run_conv(spec, cfg, tiles, x, w, b, res=None):
-    s, _, _ = conv2d_schedule(spec, cfg, tiles=tiles)
+def _run_on_fsim(schedule, spec, cfg, tiles, tensors, b):
+    """Schedule, build and check one operator, run it on fsim: (program, packed output, stats)."""
+    s, _, _ = schedule(spec, cfg, tiles=tiles)
     program = build(s, cfg)
     check(program)
-    tensors = {"data": layout.pack_nchw(x, cfg.batch, cfg.block_in),
-               "weight": layout.pack_oihw(w, cfg.block_out, cfg.block_in)}
     if b is not None:
         tensors["bias"] = layout.pack_bias(b, cfg.batch, cfg.block_out)
+    outputs, stats = get_device("fsim", cfg).run_program(program, tensors)
+    return program, outputs["out"], stats
+
+
+def _run_conv(spec, cfg, tiles, x, w, b, res=None):
+    tensors = {"data": layout.pack_nchw(x, cfg.batch, cfg.block_in),
+               "weight": layout.pack_oihw(w, cfg.block_out, cfg.block_in)}
     if res is not None:
         tensors["residual"] = layout.pack_nchw(res, cfg.batch, cfg.block_out)
-    outputs, stats = get_device("fsim", cfg).run_program(program, tensors)
-    return program, layout.unpack_nchw(outputs["out"], x.shape[0], w.shape[0]), stats
+    program, out, stats = _run_on_fsim(conv2d_schedule, spec, cfg, tiles, tensors, b)
+    return program, layout.unpack_nchw(out, x.shape[0], w.shape[0]), stats
 
 
 def _run_dense(spec, cfg, tiles, x, w, b):
-    s, _, _ = dense_schedule(spec, cfg, tiles=tiles)
-    program = build(s, cfg)
-    check(program)
     tensors = {"data": layout.pack_rows(x, cfg.batch, cfg.block_in),
                "weight": layout.pack_rows(w, cfg.block_out, cfg.block_in)}
-    if b is not None:
-        tensors["bias"] = layout.pack_bias(b, cfg.batch, cfg.block_out)
-    outputs, stats = get_device("fsim", cfg).run_program(program, tensors)
-    return program, layout.unpack_rows(outputs["out"], x.shape[0], w.shape[0]), stats
+    program, out, stats = _run_on_fsim(dense_schedule, spec, cfg, tiles, tensors, b)
+    return program, layout.unpack_rows(out, x.shape[0], w.shape[0]), stats
 
 
 CONV_VT_CASES = [  # config, (N, C, H, W, O, k, stride, pad), residual

@@ -7,11 +7,8 @@ from onnx.reference import ReferenceEvaluator
 
 from tilewright.compiler.graph import load_onnx, run_graph
 from tilewright.compiler.graph.passes import fold_batch_norm, fold_constants, fuse, remove_dead, simplify
-from tilewright.compiler.graph.zoo import resnet
 
-
-def small_resnet(seed=0):
-    return resnet(blocks=(1, 1), widths=(8, 16), image=12, stem=(3, 1, False), classes=10, seed=seed)
+from ..models import small_resnet
 
 
 def test_simplify_keeps_the_result_and_fuses_everything_fusable():

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tilewright.compiler.graph import ModelError, Node, load_onnx, run_graph, run_node
-from tilewright.compiler.graph.passes import simplify
+from tilewright.compiler.graph import ModelError, Node, run_graph, run_node
 from tilewright.compiler.graph.quantize import (MUL_MAX, calibrate, choose_requant, layer_report, quantize,
                                                 sqnr_db)
-from tilewright.compiler.graph.zoo import resnet
 from tilewright.runtime.reference import conv2d_reference, dense_reference
+
+from ..models import small_resnet_graph
 
 
 @settings(max_examples=300, deadline=None)
@@ -67,14 +67,9 @@ def test_qdense_host_op_is_the_accelerator_arithmetic():
                                   dense_reference(x, w, b, shift=20, relu=True, scale=scale))
 
 
-def _small(seed=0):
-    return simplify(load_onnx(resnet(blocks=(1, 1), widths=(8, 16), image=12, stem=(3, 1, False), classes=10,
-                                     seed=seed).SerializeToString()))
-
-
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_quantized_small_resnet_tracks_the_float_model(per_channel):
-    graph = _small()
+    graph = small_resnet_graph()
     rng = np.random.default_rng(5)
     calib = [rng.standard_normal((1, 3, 12, 12)).astype(np.float32) for _ in range(4)]
     q, layers = quantize(graph, calibrate(graph, calib), with_layers=True, per_channel=per_channel)
@@ -94,7 +89,7 @@ def test_quantized_small_resnet_tracks_the_float_model(per_channel):
 
 
 def test_percentile_calibration_clips_below_the_maximum():
-    graph = _small()
+    graph = small_resnet_graph()
     rng = np.random.default_rng(6)
     calib = [rng.standard_normal((1, 3, 12, 12)).astype(np.float32) for _ in range(2)]
     peaks, pct = calibrate(graph, calib, "max"), calibrate(graph, calib, "percentile", percentile=99.0)

@@ -358,10 +358,13 @@ def test_empty_loops(cls, fields):
 
 # -- ALU -----------------------------------------------------------------------------
 
+IMM = isa.instruction_format(Alu, TINY).by_name["imm"]
+
+
 def random_imm(rng, op):
     if op == AluOp.SHR and rng.random() < 0.8:
         return int(rng.integers(-40, 41))
-    return int(rng.choice([int(rng.integers(-2**15, 2**15)), -2**15, 2**15 - 1, 0, -1, 1]))
+    return int(rng.choice([int(rng.integers(IMM.min, IMM.max + 1)), IMM.min, IMM.max, 0, -1, 1]))
 
 
 @pytest.mark.parametrize("use_imm", [True, False], ids=["imm", "vector"])

@@ -13,11 +13,18 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from tilewright.hw.regs import COUNTERS, REGISTERS, RegisterFile
+from tilewright.hw.axi import LITE_DATA_WIDTH
+from tilewright.hw.regs import ADDR_WIDTH, CONTROL_START, CONTROL_START_BIT, COUNTERS, REGISTERS, RegisterFile
 
 BY_NAME = {r.name: r for r in REGISTERS}
 READ_ONLY = [r for r in REGISTERS if r.access == "r"]
 CONTROL, INSN_ADDR, INSN_COUNT = (BY_NAME[n].offset for n in ("control", "insn_addr", "insn_count"))
+WORD_BYTES = LITE_DATA_WIDTH // 8
+#: Word offsets of the register space that no register maps: they read 0 and ignore writes.
+HOLES = [o for o in range(0, 1 << ADDR_WIDTH, WORD_BYTES) if o not in {r.offset for r in REGISTERS}]
+ALL_ONES = (1 << LITE_DATA_WIDTH) - 1
+ALL_LANES = (1 << WORD_BYTES) - 1
+START_LANE = 1 << (CONTROL_START_BIT // 8)         # the byte strobe of the start bit's lane
 
 
 class AxiLiteManager:
@@ -34,7 +41,7 @@ class AxiLiteManager:
     def _go(self):
         return self.rng.random() >= self.stall
 
-    async def write(self, ctx, addr, data, strb=0b1111):
+    async def write(self, ctx, addr, data, strb=ALL_LANES):
         bus = self.bus
         ctx.set(bus.awaddr, addr)
         ctx.set(bus.awprot, 0)
@@ -125,7 +132,7 @@ def simulate(*benches, dut=None):
 
 def drive_inputs(ctx, dut, rng):
     """Random values on every read-only register input; returns ``{name: value}``."""
-    values = {r.name: rng.getrandbits(32) for r in READ_ONLY}
+    values = {r.name: rng.getrandbits(LITE_DATA_WIDTH) for r in READ_ONLY}
     for name, value in values.items():
         ctx.set(getattr(dut, name), value)
     return values
@@ -143,7 +150,7 @@ def test_program_registers_read_back(stall):
         expected = {INSN_ADDR: 0, INSN_COUNT: 0}
         for _ in range(30):
             offset = rng.choice([INSN_ADDR, INSN_COUNT])
-            value = rng.choice([rng.getrandbits(32), 0, 2**32 - 1])
+            value = rng.choice([rng.getrandbits(LITE_DATA_WIDTH), 0, ALL_ONES])
             assert await m.write(ctx, offset, value) == 0
             expected[offset] = value
             assert ctx.get(dut.insn_addr) == expected[INSN_ADDR]
@@ -152,9 +159,9 @@ def test_program_registers_read_back(stall):
                 assert await m.read(ctx, reg) == expected[reg]
         # Writing a read-only register or an unmapped offset changes neither.
         for r in READ_ONLY + [BY_NAME["control"]]:
-            await m.write(ctx, r.offset, 0xFFFF_FFFE)
-        for offset in (0x18, 0x1C, 0xFC):
-            await m.write(ctx, offset, 0xFFFF_FFFF)
+            await m.write(ctx, r.offset, ALL_ONES & ~CONTROL_START)
+        for offset in HOLES:
+            await m.write(ctx, offset, ALL_ONES)
         for reg in (INSN_ADDR, INSN_COUNT):
             assert await m.read(ctx, reg) == expected[reg]
 
@@ -162,17 +169,20 @@ def test_program_registers_read_back(stall):
 
 
 def test_start_pulses_once_per_write_of_one():
-    """``start`` is high for exactly one cycle per write with bit 0 set (lane 0 strobed) to ``control``.
+    """``start`` is high for exactly one cycle per write with the start bit set (its lane strobed) to ``control``.
 
-    Writes of 0, of bit 0 without its byte strobe, and of 1 to any other
-    register start nothing; the pulse does not repeat while the B response
-    waits for ``bready``.
+    Writes of 0, of the start bit without its byte strobe, and of the start
+    bit to any other register or a hole start nothing; the pulse does not
+    repeat while the B response waits for ``bready``.
     """
     rng = random.Random(1)
-    cases = [(CONTROL, 1, 0b1111, 1), (CONTROL, 0, 0b1111, 0), (CONTROL, 3, 0b1111, 1),
-             (CONTROL, 0xFFFF_FFFE, 0b1111, 0), (CONTROL, 1, 0b1110, 0), (CONTROL, 1, 0b0001, 1),
-             (INSN_ADDR, 1, 0b1111, 0), (INSN_COUNT, 1, 0b1111, 0),
-             (BY_NAME["status"].offset, 1, 0b1111, 0), (0x20, 1, 0b1111, 0), (CONTROL, 0xFFFF_FFFF, 0b1111, 1)]
+    start = CONTROL_START
+    cases = [(CONTROL, start, ALL_LANES, 1), (CONTROL, 0, ALL_LANES, 0), (CONTROL, start | start << 1, ALL_LANES, 1),
+             (CONTROL, ALL_ONES & ~start, ALL_LANES, 0), (CONTROL, start, ALL_LANES & ~START_LANE, 0),
+             (CONTROL, start, START_LANE, 1),
+             (INSN_ADDR, start, ALL_LANES, 0), (INSN_COUNT, start, ALL_LANES, 0),
+             (BY_NAME["status"].offset, start, ALL_LANES, 0), (BY_NAME[COUNTERS[0][0]].offset, start, ALL_LANES, 0),
+             (HOLES[0], start, ALL_LANES, 0), (CONTROL, ALL_ONES, ALL_LANES, 1)]
     seen = []
 
     async def bench(ctx, dut):
@@ -181,7 +191,7 @@ def test_start_pulses_once_per_write_of_one():
             for offset, data, strb, _ in cases:
                 seen.append(await m.write(ctx, offset, data, strb))
             for _ in range(10):
-                seen.append(await m.write(ctx, CONTROL, 1))
+                seen.append(await m.write(ctx, CONTROL, CONTROL_START))
 
     starts = simulate(bench)
     expected = ([pulses for *_, pulses in cases] + [1] * 10) * 2
@@ -201,13 +211,13 @@ def test_read_only_registers_return_their_inputs(stall):
             for r in rng.sample(READ_ONLY, len(READ_ONLY)):
                 assert await m.read(ctx, r.offset) == values[r.name], r.name
                 # Byte offsets within the word address the same register.
-                assert await m.read(ctx, r.offset | rng.randrange(4)) == values[r.name], r.name
+                assert await m.read(ctx, r.offset | rng.randrange(WORD_BYTES)) == values[r.name], r.name
             assert await m.read(ctx, CONTROL) == 0
-            last = max(r.offset for r in REGISTERS)
-            for offset in (0x18, 0x1C, last + 4, 0xFC):
+            for offset in HOLES:
                 assert await m.read(ctx, offset) == 0, hex(offset)
 
     assert {r.name for r in READ_ONLY} == {"status", "error_index", "fingerprint"} | {n for n, _ in COUNTERS}
+    assert HOLES, "the register space has unmapped words"
     simulate(bench)
 
 
@@ -248,8 +258,8 @@ def test_concurrent_reader_and_writer(stall):
         m = AxiLiteManager(dut, rng_w, stall=stall)
         for _ in range(60):
             offset = rng_w.choice([INSN_ADDR, INSN_COUNT, CONTROL])
-            value = rng_w.getrandbits(32)
-            pulses.append((await m.write(ctx, offset, value), offset == CONTROL and value & 1))
+            value = rng_w.getrandbits(LITE_DATA_WIDTH)
+            pulses.append((await m.write(ctx, offset, value), offset == CONTROL and value & CONTROL_START))
             written.append((offset, value))
 
     async def reader(ctx, dut):

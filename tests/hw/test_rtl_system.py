@@ -7,10 +7,13 @@ from tilewright import PRESETS, isa
 from tilewright.builder import noop
 from tilewright.isa import Alu, ErrorCode, Finish, Gemm, Load, MemType, Store, Stream
 from tilewright.examples.matmul import BlockedMatmul
+from tilewright.hw.regs import Status
 from tilewright.sim import Dram
 from tilewright.sim.differential import fsim_outcomes, run_differential
 from tilewright.sim.fuzz import program_image, random_program
 from tilewright.sim.rtl import Job, run_programs
+
+from ..words import ILLEGAL_OPCODES, opcode_only
 
 DRAM_BYTES = 1 << 16
 RANDOM_PROGRAMS = {"tiny": 120, "small": 100}
@@ -65,7 +68,7 @@ TINY = PRESETS["tiny"]
 L, C, S = Stream.LOAD, Stream.COMPUTE, Stream.STORE
 
 ERROR_PROGRAMS = {
-    ErrorCode.ILLEGAL_OPCODE: bytes([6]) + bytes(15) + isa.encode_program([Finish()], TINY),
+    ErrorCode.ILLEGAL_OPCODE: opcode_only(ILLEGAL_OPCODES[1]) + isa.encode_program([Finish()], TINY),
     ErrorCode.ILLEGAL_MEMORY_TYPE: [Gemm(), Load(memory_type=MemType.OUT, x_size=1, y_size=1), Finish()],
     ErrorCode.ILLEGAL_ALU_OP: [Alu(alu_op=6), Finish()],
     ErrorCode.ILLEGAL_DEPENDENCY: [Store(pop_next=True), Finish()],
@@ -95,7 +98,7 @@ def test_every_error_code_stops_the_rtl_as_in_fsim():
     results = run_programs(TINY, jobs, dram_bytes=DRAM_BYTES)
     assert not any(r.timed_out for r in results)
     assert [r.error for r in results] == expected
-    assert all(r.done and not r.status & 1 for r in results)
+    assert all(r.done and not Status.decode(r.status).busy for r in results)
     # After every error the next run starts clean: a valid program still works.
     ok = random_program(TINY, 7, dram_bytes=DRAM_BYTES)
     run_differential(TINY, programs[-1:] + [ok], dram_bytes=DRAM_BYTES)

@@ -29,6 +29,8 @@ from amaranth.sim import Simulator
 from tilewright import PRESETS, isa
 from tilewright.hw.sequencer import Sequencer
 
+from ..words import field_of, get_field, set_field
+
 TINY = PRESETS["tiny"]
 FLAGS = isa.DEP_FLAGS       # pop_prev, pop_next, push_prev, push_next
 OUTPUTS = ("start", "busy", "executing", "blocked", "fault", "retired",
@@ -36,16 +38,15 @@ OUTPUTS = ("start", "busy", "executing", "blocked", "fault", "retired",
 
 
 def command(rng, index, **flags):
-    """A random 128-bit instruction word with the given (else random) dependency flags."""
-    word = rng.getrandbits(128) & ~(0b1111 << 3)
-    for k, f in enumerate(FLAGS):
-        if flags.get(f, rng.random() < 0.5):
-            word |= 1 << (3 + k)
+    """A random instruction word with the given (else random) dependency flags."""
+    word = rng.getrandbits(isa.INSN_BITS)
+    for f in FLAGS:
+        word = set_field(word, field_of(f), flags.get(f, rng.random() < 0.5))
     return word, index
 
 
 def flags_of(word):
-    return {f: bool(word >> (3 + k) & 1) for k, f in enumerate(FLAGS)}
+    return {f: bool(get_field(word, field_of(f))) for f in FLAGS}
 
 
 @dataclasses.dataclass
@@ -115,7 +116,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             done = phase == "exec" and countdown == 0
             ctx.set(dut.done, done)
             # Outside done the error input is noise the sequencer must ignore.
-            ctx.set(dut.error, error if done else rng.randrange(16))
+            ctx.set(dut.error, error if done else rng.randrange(1 << isa.ERROR_BITS))
             # -- sample and check ------------------------------------------------
             got = {name: ctx.get(getattr(dut, name)) for name in OUTPUTS}
             got |= {"cmd_ready": ctx.get(dut.cmd.ready),

@@ -9,14 +9,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tilewright.cli import main
 from tilewright.compiler.graph import ModelError, load_onnx, run_graph
-from tilewright.compiler.graph.passes import simplify
 from tilewright.compiler.graph.quantize import calibrate, quantize, sqnr_db
-from tilewright.compiler.graph.zoo import resnet, resnet18
+from tilewright.compiler.graph.zoo import resnet18
 from tilewright.runtime.model import compile_model, load_model
 
+from ..models import small_resnet, small_resnet_graph
 
-def small_resnet(batch=1):
-    return resnet(blocks=(1, 1), widths=(8, 16), image=12, stem=(3, 1, False), classes=10, seed=3, batch=batch)
+SEED = 3        # the small ResNet's weights in these tests
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +25,15 @@ def calib():
 
 @pytest.fixture(scope="module")
 def compiled(calib):
-    return compile_model(small_resnet().SerializeToString(), "default", calibration=calib)
+    return compile_model(small_resnet(SEED).SerializeToString(), "default", calibration=calib)
 
 
 @pytest.mark.parametrize("per_channel", [True, False])
 def test_accelerator_equals_the_quantized_graph_on_the_host(calib, per_channel):
     """fsim runs every conv/dense; the host's numpy integer ops (an independent oracle) agree bit for bit."""
-    compiled = compile_model(small_resnet().SerializeToString(), "default", calibration=calib,
+    compiled = compile_model(small_resnet(SEED).SerializeToString(), "default", calibration=calib,
                              per_channel=per_channel)
-    graph = simplify(load_onnx(small_resnet().SerializeToString()))
+    graph = small_resnet_graph(SEED)
     oracle = quantize(graph, calibrate(graph, [calib[i:i + 1] for i in range(8)]), per_channel=per_channel)
     assert [s.where for s in compiled.steps if s.node.op in ("QConv", "QDense")] == ["accelerator"] * 7
     x = np.random.default_rng(1).standard_normal((1, 3, 12, 12)).astype(np.float32)
@@ -88,7 +87,7 @@ def test_damaged_model_files_are_one_line_errors(compiled, tmp_path, damage):
 
 
 def test_dynamic_batch_runs_in_chunks(calib):
-    model = small_resnet(batch=1)
+    model = small_resnet(SEED, batch=1)
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
     model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
     m = compile_model(model.SerializeToString(), "default", calibration=calib, batch=2)
@@ -102,13 +101,13 @@ def test_dynamic_batch_runs_in_chunks(calib):
 
 
 def test_layers_kept_on_the_host_give_the_same_result(compiled, calib):
-    m = compile_model(small_resnet().SerializeToString(), "default", calibration=calib, on_host=["conv2"])
+    m = compile_model(small_resnet(SEED).SerializeToString(), "default", calibration=calib, on_host=["conv2"])
     assert [s.where for s in m.steps if s.name == "conv2"] == ["host"]
     x = np.random.default_rng(5).standard_normal((1, 3, 12, 12)).astype(np.float32)
     a, b = compiled.run(x), m.run(x)
     assert all(np.array_equal(a[k], b[k]) for k in a)
     with pytest.raises(ModelError, match="no node"):
-        compile_model(small_resnet().SerializeToString(), "default", calibration=calib, on_host=["nope"])
+        compile_model(small_resnet(SEED).SerializeToString(), "default", calibration=calib, on_host=["nope"])
 
 
 def _one_conv(group=1):
@@ -142,13 +141,13 @@ def test_bad_inputs_are_model_errors(compiled):
     with pytest.raises(ModelError, match=r"the_erf \(Erf\): operator Erf is not supported"):
         compile_model(_unsupported().SerializeToString())
     with pytest.raises(ModelError, match="truncated|not a valid|cannot"):
-        compile_model(small_resnet().SerializeToString()[:500])
+        compile_model(small_resnet(SEED).SerializeToString()[:500])
     with pytest.raises(ModelError, match=r"input 'input': shape 1×3×10×12, the model wants 1×3×12×12"):
         compiled.run(np.zeros((1, 3, 10, 12), np.float32))
     with pytest.raises(ModelError, match="input 'input': dtype float64, the model wants float32"):
         compiled.run(np.zeros((1, 3, 12, 12)))
     with pytest.raises(ModelError, match="calibration samples for 'input' are float32 \\[4, 3, 12\\]"):
-        compile_model(small_resnet().SerializeToString(), calibration=np.zeros((4, 3, 12), np.float32))
+        compile_model(small_resnet(SEED).SerializeToString(), calibration=np.zeros((4, 3, 12), np.float32))
 
 
 def test_resnet18_end_to_end_on_fsim():
@@ -167,7 +166,7 @@ def test_resnet18_end_to_end_on_fsim():
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, calib):
     d = tmp_path_factory.mktemp("cli")
-    (d / "m.onnx").write_bytes(small_resnet().SerializeToString())
+    (d / "m.onnx").write_bytes(small_resnet(SEED).SerializeToString())
     np.save(d / "calib.npy", calib)
     np.save(d / "x.npy", np.random.default_rng(8).standard_normal((1, 3, 12, 12)).astype(np.float32))
     assert main(["compile", str(d / "m.onnx"), "-o", str(d / "m.twm"), "--calib", str(d / "calib.npy")]) == 0
@@ -309,7 +308,7 @@ def test_qdq_model_runs_on_the_accelerator_with_its_own_scales():
 
 def test_duplicate_onnx_node_names_get_distinct_layers(calib):
     """ONNX does not require unique node names; two layers called "conv" must keep their own weights."""
-    model = small_resnet()
+    model = small_resnet(SEED)
     for n in model.graph.node:
         if n.op_type == "Conv":
             n.name = "conv"
@@ -336,11 +335,11 @@ def test_configs_other_than_int8_int32_are_refused(tmp_path):
     path = tmp_path / "acc16.toml"
     path.write_text('base = "small"\nacc_width = 16\n')
     with pytest.raises(ModelError, match=r"widths \(8, 8, 16, 8\)"):
-        compile_model(small_resnet().SerializeToString(), str(path))
+        compile_model(small_resnet(SEED).SerializeToString(), str(path))
 
 
 def test_percentile_calibration_keeps_the_overflow_bound_at_the_maximum(calib):
-    graph = simplify(load_onnx(small_resnet().SerializeToString()))
+    graph = small_resnet_graph(SEED)
     feeds = [calib[i:i + 1] for i in range(8)]
     peaks, pct = calibrate(graph, feeds, "max"), calibrate(graph, feeds, "percentile", percentile=90.0)
     preacts = [k for k in peaks if k.endswith("/preact")]

@@ -7,6 +7,8 @@ from tilewright.builder import noop
 from tilewright.isa import Alu, ErrorCode, Finish, Gemm, Load, MemType, Queue, Store, Stream
 from tilewright.sim import DeadlockError, ExecutionError, FunctionalSimulator, ProtocolError
 
+from ..words import ILLEGAL_OPCODES, opcode_only
+
 TINY = PRESETS["tiny"]
 L, C, S = Stream.LOAD, Stream.COMPUTE, Stream.STORE
 
@@ -110,7 +112,7 @@ def _error(program, cfg=TINY, **kw):
 def test_illegal_encodings_are_rejected_at_fetch():
     cfg = TINY
     raw = isa.encode_program([Finish()], cfg)
-    err = _error(bytes([5]) + bytes(15) + raw)
+    err = _error(opcode_only(ILLEGAL_OPCODES[0]) + raw)
     assert (err.code, err.index) == (ErrorCode.ILLEGAL_OPCODE, 0)
     assert _error([Gemm(), Load(memory_type=MemType.OUT), Finish()]).code == ErrorCode.ILLEGAL_MEMORY_TYPE
     assert _error([Store(memory_type=MemType.ACC), Finish()]).code == ErrorCode.ILLEGAL_MEMORY_TYPE
