@@ -14,7 +14,7 @@ element; the element index is the row-major index over the others.
 
 from dataclasses import dataclass, field, replace
 
-from .expr import Expr, Var, simplify
+from .expr import Expr, Var, as_expr, linear, simplify
 
 __all__ = ["Function", "Buffer", "Stmt", "For", "Seq", "Allocate", "Store", "Attr", "Dma", "Requant", "Uop", "Gemm",
            "Alu",
@@ -202,6 +202,36 @@ def seq(stmts):
     return flat[0] if len(flat) == 1 else Seq(flat)
 
 
+def loop_nest(stmt, kind=None):
+    """``([(var, extent)], leaf)`` of the perfect loop nest at ``stmt``.
+
+    The loops are the :class:`For` nodes walked through, outermost first
+    (only loops of ``kind`` when it is given); ``leaf`` is the first
+    statement that is not one of them (``stmt`` itself when it is not).
+    """
+    loops = []
+    while isinstance(stmt, For) and (kind is None or stmt.kind == kind):
+        loops.append((stmt.var, stmt.extent))
+        stmt = stmt.body
+    return loops, stmt
+
+
+def same_index(a, b):
+    """Whether index expressions (or ints) ``a`` and ``b`` are equal for every value of their variables.
+
+    The same object, the same printed form, or a difference that simplifies
+    to the linear constant 0; non-linear indices must match in form.
+    """
+    if a is b or repr(a) == repr(b):
+        return True
+    return linear(simplify(as_expr(a) - as_expr(b))) == ({}, 0)
+
+
+def same_indices(a, b):
+    """:func:`same_index` for every pair of two index lists of one length."""
+    return len(a) == len(b) and all(same_index(x, y) for x, y in zip(a, b))
+
+
 def walk(stmt, fn):
     """Call ``fn`` on every statement, parents first."""
     fn(stmt)
@@ -224,6 +254,17 @@ def transform(stmt, fn):
             stmt = seq(body)
     out = fn(stmt)
     return stmt if out is None else out
+
+
+def substitute_leaves(stmt, mapping, buffer_fn=lambda b: b):
+    """``stmt`` with loop variables replaced per ``mapping`` (and buffers by ``buffer_fn``) in every leaf."""
+    from .expr import substitute
+
+    def leaf(node):
+        if isinstance(node, (Store, Dma, Gemm, Alu)):
+            return map_leaf(node, lambda e: substitute(e, mapping), buffer_fn)
+        return None
+    return transform(stmt, leaf)
 
 
 def _map_expr(e, fn, buf):

@@ -230,9 +230,8 @@ class _Lowering:
                                   for ld in self.loads_of(producer, src))
                 only_reader = [s for s in self.sch.stages if not s.is_placeholder and src in s.op.inputs] \
                     == [producer]
-                same_region = self.buffers[src].shape == shape and all(
-                    linear(simplify(a - b)) == ({}, 0)
-                    for a, b in zip(self.offsets[self.sch[src]], self.offsets[producer]))
+                same_region = self.buffers[src].shape == shape and ir.same_indices(
+                    self.offsets[self.sch[src]], self.offsets[producer])
                 if elementwise and only_reader and same_region:
                     return self.buffers[src]
         return ir.Buffer(t.name, shape, t.dtype, producer.scope, t)

@@ -15,8 +15,10 @@ micro-ops.
 
 import dataclasses
 import itertools
+import math
 
 from tilewright.isa import IMM_BITS, SHIFT_BITS, AluOp
+from tilewright.semantics import out_range
 
 from .. import ir
 from ..expr import Binary, Const, Load, Var, as_expr, evaluate, free_vars, linear, simplify, strip_casts, substitute
@@ -34,8 +36,7 @@ class AluLoweringError(ScheduleError):
 
 
 def _is_target(e, target):
-    return isinstance(e, Load) and e.source is target.source and \
-        all(repr(a) == repr(b) for a, b in zip(e.indices, target.indices))
+    return isinstance(e, Load) and e.source is target.source and ir.same_indices(e.indices, target.indices)
 
 
 def _mentions(e, buffer):
@@ -83,10 +84,7 @@ def lower_alu(func, cfg):
 
 
 def _nest_to_alu(nest):
-    loops, node = [], nest
-    while isinstance(node, ir.For):
-        loops.append((node.var, node.extent))
-        node = node.body
+    loops, node = ir.loop_nest(nest)
     if not isinstance(node, ir.Store) or node.buffer.scope != "acc":
         raise AluLoweringError(f"an alu nest must store one accumulator element, found:\n{node}")
     acc = node.buffer
@@ -118,17 +116,14 @@ def _nest_to_alu(nest):
 
 def _leaf(stmt, kind):
     """The single ``kind`` operation inside a perfect loop nest, or None."""
-    while isinstance(stmt, ir.For):
-        stmt = stmt.body
-    return stmt if isinstance(stmt, kind) else None
+    leaf = ir.loop_nest(stmt)[1]
+    return leaf if isinstance(leaf, kind) else None
 
 
 def _nest_elements(stmt):
-    n = 1
-    while isinstance(stmt, ir.For):
-        n *= stmt.extent
-        stmt = stmt.body
-    return n * len(stmt.uops)
+    """Elements a loop nest around one GEMM/ALU touches: its loop extents times its micro-ops."""
+    loops, leaf = ir.loop_nest(stmt)
+    return math.prod(n for _, n in loops) * len(leaf.uops)
 
 
 def fuse_requant(func, cfg):
@@ -143,13 +138,13 @@ def fuse_requant(func, cfg):
     over the tile) moves into the store too (ADDs commute, so it may sit
     before other vector ADDs, such as a residual).
     """
-    hi = (1 << (cfg.out_width - 1)) - 1
+    lo, hi = out_range(cfg.out_width)
 
     def fuse(seq):
         body, changed, i = list(seq.body), False, 0
         while i < len(body):
             dma = _leaf(body[i], ir.Dma)
-            fused = _requant_tail(body, i, dma, hi) if dma is not None else None
+            fused = _requant_tail(body, i, dma, lo, hi) if dma is not None else None
             if fused:
                 requant, used, store = fused
                 body[i] = _replace_leaf(store, lambda d: dataclasses.replace(d, requant=requant))
@@ -165,7 +160,7 @@ def fuse_requant(func, cfg):
     return func.with_body(ir.transform(func.body, rewrite))
 
 
-def _requant_tail(body, i, dma, hi):
+def _requant_tail(body, i, dma, lo, hi):
     """``(Requant, indices of the ALU statements it replaces, store nest)`` if ``body[i]`` can requantize what
     precedes it (the store nest is split into one store per row when that lets it add the bias)."""
     buf = dma.sram
@@ -179,7 +174,7 @@ def _requant_tail(body, i, dma, hi):
         tail.insert(0, (alu.op, alu.imm))
     clip = dict(tail[-2:])
     if len(tail) < 2 or set(clip) != {AluOp.MIN, AluOp.MAX} or clip[AluOp.MIN] != hi \
-            or clip[AluOp.MAX] not in (0, -hi - 1):
+            or clip[AluOp.MAX] not in (0, lo):
         return None
     rest, mul, shift = tail[:-2], 1, 0
     if rest and rest[-1][0] == AluOp.SHR and 0 <= rest[-1][1] < (1 << SHIFT_BITS):     # the STORE's shift field
@@ -226,20 +221,11 @@ def _store_splits(store):
                 x_stride=piece)))
 
 
-def _nest(stmt):
-    """``([(var, extent)], leaf)`` of a perfect loop nest."""
-    loops = []
-    while isinstance(stmt, ir.For):
-        loops.append((stmt.var, stmt.extent))
-        stmt = stmt.body
-    return loops, stmt
-
-
 def _bias_index(add, store):
     """The operand element (an expression of the store's loops) that ``add`` adds to every element a store
     iteration reads, or None when it is not one element per store iteration."""
-    add_loops, alu = _nest(add)
-    store_loops, dma = _nest(store)
+    add_loops, alu = ir.loop_nest(add)
+    store_loops, dma = ir.loop_nest(store)
     dst, src = as_expr(alu.uops[0].dst), as_expr(alu.uops[0].src)
     first, count = as_expr(dma.sram_index), as_expr(dma.y_size) * as_expr(dma.x_size)
     if len(alu.uops) != 1 or alu.loops or not (free_vars(dst) | free_vars(src)) <= {v for v, _ in add_loops} \
@@ -281,10 +267,7 @@ def fold_loops(func, cfg, max_uops=None):
 
     def fold(stmt):
         if isinstance(stmt, ir.For) and stmt.kind == "serial":
-            loops, op = [], stmt
-            while isinstance(op, ir.For) and op.kind == "serial":
-                loops.append((op.var, op.extent))
-                op = op.body
+            loops, op = ir.loop_nest(stmt, "serial")
             if isinstance(op, (ir.Gemm, ir.Alu)) and not op.loops:
                 return _fold(op, loops, limit)
             return ir.For(stmt.var, stmt.extent, fold(stmt.body), stmt.kind)

@@ -73,11 +73,7 @@ def _memory(direction, sram, dram, cfg):
 
 
 def _copy_to_dma(nest, cfg):
-    loops = []
-    node = nest
-    while isinstance(node, ir.For):
-        loops.append((node.var, node.extent))
-        node = node.body
+    loops, node = ir.loop_nest(nest)
     if not isinstance(node, ir.Store):
         raise DmaError(f"a dma_copy nest must end in one element copy, found:\n{node}")
     value = strip_casts(node.value)

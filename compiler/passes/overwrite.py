@@ -20,7 +20,7 @@ import dataclasses
 import itertools
 
 from .. import ir
-from ..expr import evaluate, free_vars, substitute
+from ..expr import evaluate, free_vars
 
 __all__ = ["fuse_reset"]
 
@@ -73,11 +73,7 @@ def _split_first(reset, stmt):
 
 def _at(stmt, var, value):
     """``stmt`` with loop variable ``var`` replaced by ``value`` (an expression or int)."""
-    def leaf(node):
-        if isinstance(node, (ir.Store, ir.Dma, ir.Gemm, ir.Alu)):
-            return ir.map_leaf(node, lambda e: substitute(e, {var: value}))
-        return None
-    return ir.transform(stmt, leaf)
+    return ir.substitute_leaves(stmt, {var: value})
 
 
 def _split_gemm(reset, gemm):

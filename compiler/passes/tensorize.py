@@ -32,10 +32,7 @@ def tensorize(func, cfg):
 
 
 def _match_gemm(nest, intrin):
-    loops, node = [], nest
-    while isinstance(node, ir.For):
-        loops.append((node.var, node.extent))
-        node = node.body
+    loops, node = ir.loop_nest(nest)
     if not isinstance(node, ir.Store):
         raise TensorizeError(f"the GEMM intrinsic replaces one store, found:\n{node}")
     acc = node.buffer
@@ -57,8 +54,7 @@ def _match_gemm(nest, intrin):
     if not (isinstance(value, Binary) and value.op == "+"):
         raise TensorizeError(f"{acc.name}: expected acc + inp · wgt, found {value}")
     first, product = value.a, strip_casts(value.b)
-    if not (isinstance(first, Load) and first.source is acc and
-            all(a is b or repr(a) == repr(b) for a, b in zip(first.indices, node.indices))):
+    if not (isinstance(first, Load) and first.source is acc and ir.same_indices(first.indices, node.indices)):
         first, product = value.b, strip_casts(value.a)
     if not (isinstance(product, Binary) and product.op == "*"):
         raise TensorizeError(f"{acc.name}: expected a product of an input and a weight, found {product}")

@@ -16,7 +16,6 @@ the thread variable nor a replicated buffer run once.
 from tilewright.isa import MemType
 
 from .. import ir
-from ..expr import substitute
 from ..schedule import ScheduleError
 
 __all__ = ["inject_virtual_threads"]
@@ -52,12 +51,7 @@ def _interleave(loop):
         return vt in variables or bool(buffers & local_set)
 
     def thread(stmt, v):
-        def leaf(node):
-            if isinstance(node, (ir.Store, ir.Dma, ir.Gemm, ir.Alu)):
-                return ir.map_leaf(node, lambda e: substitute(e, {vt: v}),
-                                   lambda b: replicas[b][v] if b in replicas else b)
-            return None
-        return ir.transform(stmt, leaf)
+        return ir.substitute_leaves(stmt, {vt: v}, lambda b: replicas[b][v] if b in replicas else b)
 
     def unit_stream(stmt):
         """The stream of a statement emitted whole per thread (a leaf, or a loop of one stream's work)."""
