@@ -44,9 +44,6 @@ class Expr:
     def __ge__(self, o): return self._bin(">=", o)
     def __and__(self, o): return self._bin("and", o)
 
-    def equals(self, other):
-        return Binary("==", self, as_expr(other))
-
     def astype(self, dtype):
         return Cast(dtype, self)
 

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 from tilewright.config import load_config
 
-from . import te
-
 __all__ = ["GemmIntrinsic", "gemm_intrinsic"]
 
 
@@ -36,15 +34,6 @@ class GemmIntrinsic:
         """Extents of the (batch, out, in) loops the intrinsic replaces."""
         return self.batch, self.block_out, self.block_in
 
-    def declaration(self):
-        """The intrinsic as a tensor expression (inputs, output), for documentation and tests."""
-        inp = te.placeholder((self.batch, self.block_in), self.inp_dtype, "inp")
-        wgt = te.placeholder((self.block_out, self.block_in), self.wgt_dtype, "wgt")
-        k = te.reduce_axis(self.block_in, "k")
-        out = te.compute((self.batch, self.block_out),
-                         lambda b, o: te.sum(inp[b, k].astype(self.acc_dtype) * wgt[o, k].astype(self.acc_dtype), [k]),
-                         "acc", dtype=self.acc_dtype)
-        return (inp, wgt), out
 
 
 def gemm_intrinsic(config="default"):

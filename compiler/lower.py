@@ -44,7 +44,6 @@ class _Lowering:
         self.inlined = {st.tensor for st in sch.stages if getattr(st, "inline", False)}
         self.offsets = {}        # stage -> [start expr per output axis]
         self.buffers = {}        # tensor -> Buffer
-        self.allocations = []    # buffers allocated on chip, in allocation order
         for st in sch.stages:
             if st.is_placeholder or (st.attach is None and st.scope == "global" and st.tensor not in self.inlined):
                 self.buffers[st.tensor] = ir.Buffer(st.name, st.tensor.shape, st.tensor.dtype, "global", st.tensor)

@@ -30,6 +30,9 @@ def test_compiled_programs_pass(program):
     report = check(program)
     assert report.instructions == len(program.instructions)
     assert sum(report.tokens.values()) > 0
+    cfg = program.config
+    assert 0 < max(report.max_tokens.values()) <= cfg.token_queue_depth
+    assert all(report.max_tokens[q] <= n for q, n in report.tokens.items())
 
 
 def test_unbalanced_tokens(program):
