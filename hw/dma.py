@@ -45,6 +45,15 @@ def _burst_layout(bus_bytes):
                               "hi": range(1, bus_bytes + 1), "last": 1})
 
 
+def _address_channel(axi, prefix, request, bus_bytes):
+    """Drive AXI's AR or AW channel (``prefix`` "ar"/"aw") from a burst request stream: ID 0, INCR bursts
+    of whole bus words."""
+    ch = {name: getattr(axi, prefix + name) for name in ("id", "addr", "len", "size", "burst", "valid", "ready")}
+    return [ch["id"].eq(0), ch["addr"].eq(request.payload.addr), ch["len"].eq(request.payload.beats - 1),
+            ch["size"].eq(bus_bytes.bit_length() - 1), ch["burst"].eq(BURST_INCR), ch["valid"].eq(request.valid),
+            request.ready.eq(ch["ready"])]
+
+
 class _BurstSplitter(wiring.Component):
     """Splits a transfer into bursts: an address request and a descriptor per burst.
 
@@ -171,13 +180,7 @@ class RowReader(wiring.Component):
             pending.w_data.eq(split.burst.payload),
             pending.w_en.eq(split.burst.valid & split.burst.ready),
             split.burst.ready.eq(pending.w_rdy),
-            self.axi.arid.eq(0),
-            self.axi.araddr.eq(split.request.payload.addr),
-            self.axi.arlen.eq(split.request.payload.beats - 1),
-            self.axi.arsize.eq(B.bit_length() - 1),
-            self.axi.arburst.eq(BURST_INCR),
-            self.axi.arvalid.eq(split.request.valid),
-            split.request.ready.eq(self.axi.arready),
+            *_address_channel(self.axi, "ar", split.request, B),
         ]
         burst = data.View(_burst_layout(B), pending.r_data)
         beat = Signal(range(MAX_BURST_BEATS))
@@ -309,13 +312,7 @@ class RowWriter(wiring.Component):
             pending.w_data.eq(split.burst.payload),
             pending.w_en.eq(split.burst.valid & split.burst.ready),
             split.burst.ready.eq(pending.w_rdy & (responses < self.outstanding)),
-            self.axi.awid.eq(0),
-            self.axi.awaddr.eq(split.request.payload.addr),
-            self.axi.awlen.eq(split.request.payload.beats - 1),
-            self.axi.awsize.eq(B.bit_length() - 1),
-            self.axi.awburst.eq(BURST_INCR),
-            self.axi.awvalid.eq(split.request.valid),
-            split.request.ready.eq(self.axi.awready),
+            *_address_channel(self.axi, "aw", split.request, B),
             self.axi.bready.eq(1),
             self.busy.eq(split.busy | (pending.level != 0) | (responses != 0)),
         ]
