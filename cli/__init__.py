@@ -241,7 +241,10 @@ def cmd_run(args):
     try:
         model = load_model(args.model)
         print(f"running {args.model} on {args.backend} (config {model.config.name})", flush=True)
-        outputs, rows = model.run(inputs, backend=args.backend, profile=True, progress=True)
+        if (args.backend == "fpga") != (args.port is not None):
+            raise CliError("--backend fpga needs --port (a board's serial port or `tilewright fpga simulate`'s)"
+                           if args.port is None else "--port is for --backend fpga")
+        outputs, rows = model.run(inputs, backend=args.backend, port=args.port, profile=True, progress=True)
     except _model_errors() as e:
         raise CliError(str(e)) from None
     if args.output:
@@ -401,11 +404,12 @@ def _parser():
     sp.add_argument("--host", action="append", metavar="NODE", help="keep this layer on the host (repeatable)")
     sp.set_defaults(func=cmd_compile)
 
-    sp = sub.add_parser("run", help="run a compiled model on fsim or the RTL")
+    sp = sub.add_parser("run", help="run a compiled model on fsim, the RTL or a board")
     sp.add_argument("model", help="compiled model file (.twm)")
     sp.add_argument("--input", "-i", required=True, help="input: .npy, or .npz by input name")
     sp.add_argument("--output", "-o", help="write the outputs (.npy for one output, else .npz)")
-    sp.add_argument("--backend", choices=["fsim", "rtl"], default="fsim")
+    sp.add_argument("--backend", choices=["fsim", "rtl", "fpga"], default="fsim")
+    sp.add_argument("--port", help="with --backend fpga: the board's serial port (or a simulated board's)")
     sp.add_argument("--profile", action="store_true", help="print where each node ran, its time and cycles")
     sp.set_defaults(func=cmd_run)
 

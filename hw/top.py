@@ -236,6 +236,8 @@ class Accelerator(wiring.Component):
         Host registers (:data:`~tilewright.hw.regs.REGISTERS`).
     irq : Out(1)
         High while the last run is done.
+    busy : Out(1)
+        A run is in progress (the status register's ``busy``).
     trace : Out(TraceSignature)
         Instruction start/retire events per stream, for timelines.
     """
@@ -245,7 +247,7 @@ class Accelerator(wiring.Component):
         super().__init__({
             "m_axi": Out(AxiSignature(addr_width=addr_width, data_width=cfg.dram_bus_width, id_width=AXI_ID_WIDTH)),
             "s_axil": In(AxiLiteSignature(addr_width=ADDR_WIDTH)),
-            "irq": Out(1),
+            "irq": Out(1), "busy": Out(1),
             "trace": Out(TraceSignature()),
         })
 
@@ -279,7 +281,7 @@ class Accelerator(wiring.Component):
             regs.status.eq(status),
             regs.error_index.eq(datapath.error_index),
             regs.fingerprint.eq(int(self.cfg.fingerprint[:8], 16)),
-            self.irq.eq(done),
+            self.irq.eq(done), self.busy.eq(busy),
         ]
         # -- counters of the last run ----------------------------------------------
         for name, _ in COUNTERS:

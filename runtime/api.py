@@ -80,12 +80,13 @@ def compile_dense(spec, config):
 
 
 def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
-           residual_mul=1, residual_shift=0, scale=None, config="default", backend="fsim"):
+           residual_mul=1, residual_shift=0, scale=None, config="default", backend="fsim", port=None):
     """int8 NCHW ``data`` ⊛ int8 OIHW ``weight`` (+ int32 ``bias``) with the requantizing epilogue.
 
     ``residual`` (int8, the output's shape) is added as ``(residual · residual_mul) << residual_shift``;
     ``scale`` (int32, one per output channel) multiplies the accumulator before bias and residual.
 
+    ``backend`` is ``"fsim"``, ``"rtl"`` or ``"fpga"`` (with ``port``, a board's serial port).
     Returns ``(output, stats)``: int8 ``N×O×OH×OW`` and the backend's counters.
     """
     cfg = load_config(config)
@@ -121,11 +122,12 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
             raise OperatorError(f"residual has shape {residual.shape}, the output is {(N, O, OH, OW)}")
         tensors["residual"] = pack_nchw(residual, cfg.batch, cfg.block_out)
     program = compile_conv2d(spec, cfg)
-    outputs, stats = get_device(backend, cfg).run_program(program, tensors)
+    outputs, stats = get_device(backend, cfg, port=port).run_program(program, tensors)
     return unpack_nchw(outputs["out"], N, O), stats
 
 
-def dense(data, weight, bias=None, *, mul=1, shift=0, relu=False, scale=None, config="default", backend="fsim"):
+def dense(data, weight, bias=None, *, mul=1, shift=0, relu=False, scale=None, config="default", backend="fsim",
+          port=None):
     """int8 ``data`` (N×K) · int8 ``weight`` (M×K)ᵀ (+ int32 ``bias``) with the requantizing epilogue.
 
     ``scale`` (int32, one per output) multiplies the accumulator before the bias.
@@ -145,5 +147,5 @@ def dense(data, weight, bias=None, *, mul=1, shift=0, relu=False, scale=None, co
                "weight": pack_rows(weight, cfg.block_out, cfg.block_in)}
     tensors |= _channel_vectors(cfg, M, "outputs", bias=bias, scale=scale)
     program = compile_dense(spec, cfg)
-    outputs, stats = get_device(backend, cfg).run_program(program, tensors)
+    outputs, stats = get_device(backend, cfg, port=port).run_program(program, tensors)
     return unpack_rows(outputs["out"], N, M), stats

@@ -13,7 +13,7 @@ from tilewright import isa
 from tilewright.config import load_config
 from tilewright.compiler.program import ALIGN
 
-__all__ = ["DeviceError", "Device", "FsimDevice", "RtlDevice", "get_device", "BACKENDS"]
+__all__ = ["DeviceError", "Device", "FsimDevice", "RtlDevice", "get_device", "BACKENDS", "counter_stats"]
 
 
 class DeviceError(RuntimeError):
@@ -108,15 +108,19 @@ class RtlDevice(Device):
         if run.error:
             from tilewright.isa import ErrorCode
             raise DeviceError(f"the RTL stopped with {ErrorCode(run.error).name} at instruction {run.error_index}")
-        c = run.counters
-        stats = {
-            "cycles": c["cycles"], "gemm_uops": c["gemm_uops"], "alu_uops": c["alu_uops"],
-            "dram_bytes_read": sum(v for k, v in c.items() if k.startswith("read_")),
-            "dram_bytes_written": c["write_out"],
-            "instructions": c["insns_load"] + c["insns_compute"] + c["insns_store"],
-        }
-        stats["counters"] = dict(c)
-        return stats
+        return counter_stats(run.counters)
+
+
+def counter_stats(counters):
+    """A run's stats from the hardware counters (:data:`tilewright.hw.regs.COUNTERS` by name)."""
+    c = counters
+    return {
+        "cycles": c["cycles"], "gemm_uops": c["gemm_uops"], "alu_uops": c["alu_uops"],
+        "dram_bytes_read": sum(v for k, v in c.items() if k.startswith("read_")),
+        "dram_bytes_written": c["write_out"],
+        "instructions": c["insns_load"] + c["insns_compute"] + c["insns_store"],
+        "counters": dict(c),
+    }
 
 
 class FsimDevice(Device):
@@ -144,16 +148,29 @@ class FsimDevice(Device):
         }
 
 
+def _fpga_device(config, **options):
+    # The fpga floor sits above the runtime (it builds on Device): imported when first asked for.
+    from tilewright.fpga.device import FpgaDevice
+    return FpgaDevice(config, **options)
+
+
 _DEVICES = {}
-BACKENDS = {"fsim": FsimDevice, "rtl": RtlDevice}
+BACKENDS = {"fsim": FsimDevice, "rtl": RtlDevice, "fpga": _fpga_device}
 
 
-def get_device(backend="fsim", config="default"):
-    """A shared device of ``backend`` ("fsim" or "rtl") for ``config``."""
+def get_device(backend="fsim", config="default", *, port=None):
+    """A shared device of ``backend`` ("fsim", "rtl" or "fpga") for ``config``.
+
+    The ``fpga`` backend talks to a board (or the simulated board of
+    ``tilewright fpga simulate``) on serial ``port``.
+    """
     cfg = load_config(config)
-    key = (backend, cfg.fingerprint)
+    if backend not in BACKENDS:
+        raise DeviceError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
+    if (backend == "fpga") != (port is not None):
+        raise DeviceError("the fpga backend needs port= (a board's serial port or a simulated board's terminal)"
+                          if port is None else f"port= is for the fpga backend, not {backend}")
+    key = (backend, cfg.fingerprint, port)
     if key not in _DEVICES:
-        if backend not in BACKENDS:
-            raise DeviceError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
-        _DEVICES[key] = BACKENDS[backend](cfg)
+        _DEVICES[key] = BACKENDS[backend](cfg, **({"port": port} if port else {}))
     return _DEVICES[key]

@@ -111,8 +111,10 @@ class CompiledModel:
             raise ModelError(f"the model has no input(s) {', '.join(sorted(unknown))}")
         return feeds, (count if self.dynamic_batch else self.batch)
 
-    def run(self, inputs, *, backend="fsim", profile=False, progress=False):
+    def run(self, inputs, *, backend="fsim", port=None, profile=False, progress=False):
         """Outputs by name (and, with ``profile``, per-node rows) for ``inputs``: an array, or a dict by name.
+
+        ``backend`` is ``"fsim"``, ``"rtl"`` or ``"fpga"`` (with ``port``, a board's serial port).
 
         With a dynamic batch dimension any number of samples can be given;
         they run in chunks of the compiled batch.
@@ -120,7 +122,7 @@ class CompiledModel:
         feeds, count = self._inputs(inputs)
         if count == 0:
             raise ModelError("the inputs hold no samples (batch dimension 0)")
-        device = get_device(backend, self.config)
+        device = get_device(backend, self.config, port=port)
         rows = {s.name: dict(node=s.name, op=s.node.op, where=s.where, seconds=0.0, cycles=None, macs=s.macs)
                 for s in self.steps}
         starts = range(0, count, self.batch)

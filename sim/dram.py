@@ -36,6 +36,11 @@ class Dram:
         used = sum(self._allocs.values())
         raise DramError(f"out of DRAM: {nbytes} bytes requested, {used} of {self.size} in use")
 
+    @property
+    def free_bytes(self):
+        """Bytes not allocated (possibly in several pieces)."""
+        return self.size - sum(self._allocs.values())
+
     def free(self, addr):
         if addr not in self._allocs:
             raise DramError(f"free of {addr:#x}, which is not an allocated block")

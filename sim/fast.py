@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .rtl import BUILD_ARGS, RtlError, RunResult, _verilator_env, cache_dir, locked, verilog_source
 
-__all__ = ["build_harness", "harness_header", "FastSim", "HARNESS"]
+__all__ = ["build_harness", "build_executable", "harness_header", "FastSim", "HARNESS"]
 
 HARNESS = Path(__file__).with_name("harness.cpp")
 
@@ -49,27 +49,35 @@ def harness_header(cfg):
 
 def build_harness(cfg):
     """Path to the harness executable for ``cfg`` (built on first use; one builder at a time per entry)."""
-    text = verilog_source(cfg)
-    header = harness_header(cfg)
-    digest = hashlib.sha256(text.encode() + HARNESS.read_bytes() + header.encode()
+    return build_executable(f"fast-{cfg.tag}-{cfg.fingerprint[:8]}", verilog_source(cfg), HARNESS,
+                            {"tw_spec.h": harness_header(cfg)}, what=f"the Verilator harness for {cfg.name}")
+
+
+def build_executable(prefix, verilog, harness, headers, *, what):
+    """Verilate ``verilog`` (top module ``top``) with the C++ ``harness`` and generated ``headers``.
+
+    Cached under ``prefix`` plus a hash of every input; returns the executable's path.
+    """
+    digest = hashlib.sha256(verilog.encode() + harness.read_bytes() + repr(sorted(headers.items())).encode()
                             + " ".join(BUILD_ARGS).encode()).hexdigest()[:16]
-    build_dir = cache_dir() / f"fast-{cfg.tag}-{cfg.fingerprint[:8]}-{digest}"
+    build_dir = cache_dir() / f"{prefix}-{digest}"
     exe = build_dir / "obj_dir" / "tw_harness"
     with locked(build_dir):
         if exe.exists():
             return exe
-        (build_dir / "top.v").write_text(text)
-        (build_dir / "tw_spec.h").write_text(header)
+        (build_dir / "top.v").write_text(verilog)
+        for name, text in headers.items():
+            (build_dir / name).write_text(text)
         _verilator_env()
         cmd = ["verilator", "--cc", "--exe", "--build", "-j", str(os.cpu_count() or 2), *BUILD_ARGS,
-               "--top-module", "top", "top.v", str(HARNESS), "-CFLAGS", f"-I{build_dir} -O2",
+               "--top-module", "top", "top.v", str(harness), "-CFLAGS", f"-I{build_dir} -O2",
                "--Mdir", "obj_dir", "-o", "tw_harness"]
         log = build_dir / "build.log"
         with open(log, "w") as f:
             proc = subprocess.run(cmd, cwd=build_dir, stdout=f, stderr=subprocess.STDOUT)
         if proc.returncode != 0 or not exe.exists():
             tail = log.read_text()[-3000:]
-            raise RtlError(f"building the Verilator harness for {cfg.name} failed (log {log}):\n{tail}")
+            raise RtlError(f"building {what} failed (log {log}):\n{tail}")
         return exe
 
 

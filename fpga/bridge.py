@@ -1,0 +1,288 @@
+"""The host bridge: :mod:`~tilewright.fpga.protocol` frames from a byte stream to the register bus and memory.
+
+It receives a request byte by byte (a MEM_WRITE's data goes to memory as
+it arrives), checks the CRC, executes the request on the accelerator's
+AXI4-Lite registers or the on-chip memory, and sends the reply.
+"""
+
+import struct
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from tilewright.hw.axi import AxiLiteSignature
+from tilewright.hw.regs import ADDR_WIDTH
+
+from . import protocol
+from .protocol import Command, Status
+
+__all__ = ["HostBridge", "HostPortSignature", "crc16_next"]
+
+
+class HostPortSignature(wiring.Signature):
+    """A byte-wide memory port for the host (from the requester's side).
+
+    Members
+    -------
+    valid, ready : one request (a write of ``wdata`` or a read) at byte ``addr``
+    rvalid, rdata : the byte a read returns, one or more cycles after it was accepted
+    """
+
+    def __init__(self):
+        super().__init__({"addr": Out(32), "write": Out(1), "wdata": Out(8), "valid": Out(1), "ready": In(1),
+                          "rdata": In(8), "rvalid": In(1)})
+
+
+def _crc_terms():
+    """For each bit of the next CRC, the bits of (crc, byte) it is the XOR of: ("c", k) or ("d", k)."""
+    crc = [{("c", k)} for k in range(16)]
+    for k in range(7, -1, -1):                  # the bit-serial algorithm, MSB first, on sets of terms
+        feedback = crc[15] ^ {("d", k)}
+        crc = [feedback] + crc[:15]
+        crc = [bit ^ feedback if (protocol.CRC_POLY >> n) & 1 and n else bit for n, bit in enumerate(crc)]
+    return crc
+
+
+def crc16_next(crc, byte):
+    """The protocol's CRC after one more byte, as an Amaranth expression (one XOR per term)."""
+    bits = []
+    for terms in _crc_terms():
+        value = Const(0, 1)
+        for kind, k in sorted(terms):
+            value = value ^ (crc[k] if kind == "c" else byte[k])
+        bits.append(value)
+    return Cat(*bits)
+
+
+class HostBridge(wiring.Component):
+    """Executes host requests.
+
+    Parameters
+    ----------
+    fingerprint : str
+        The accelerator config's fingerprint (16 hex digits), reported by INFO.
+    mem_bytes : int
+        Size of the on-chip memory; accesses beyond it are refused.
+    clock_hz : int
+        The clock this build runs at, reported by INFO.
+
+    Members
+    -------
+    rx : In(stream.Signature(8)), tx : Out(stream.Signature(8))
+        The UART's bytes.
+    regs : Out(AxiLiteSignature)
+        The accelerator's register bus.
+    mem : Out(HostPortSignature)
+    run_busy : In(1)
+        A run is in progress: memory requests are refused.
+    idle : Out(1)
+        Waiting for a request.
+    """
+
+    def __init__(self, *, fingerprint, mem_bytes, clock_hz, idle_timeout):
+        self.info = struct.pack(protocol.INFO_FORMAT, protocol.VERSION, 0, bytes.fromhex(fingerprint),
+                                mem_bytes, int(clock_hz))
+        self.mem_bytes, self.idle_timeout = mem_bytes, idle_timeout
+        super().__init__({"rx": In(stream.Signature(8)), "tx": Out(stream.Signature(8)),
+                          "regs": Out(AxiLiteSignature(addr_width=ADDR_WIDTH)), "mem": Out(HostPortSignature()),
+                          "run_busy": In(1), "idle": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        rx, tx, regs, mem = self.rx, self.tx, self.regs, self.mem
+        crc = Signal(16, init=protocol.CRC_INIT)
+        command = Signal(8)
+        length = Signal(16)
+        index = Signal(16)              # payload bytes received, then reply payload bytes sent
+        header = Signal(48)             # the first six payload bytes (address, count / offset, value)
+        received_crc = Signal(16)
+        refused = Signal(8)             # a Status decided while receiving (0: none)
+        status = Signal(8)
+        reply_length = Signal(16)
+        value = Signal(32)              # REG_READ's answer
+        out_byte = Signal(8)            # the memory byte being sent
+        silence = Signal(range(self.idle_timeout + 1))
+        write_pending = Signal()        # a MEM_WRITE byte waiting for the memory port
+        write_address = Signal(32)
+        write_data = Signal(8)
+        timed_out = silence == self.idle_timeout
+
+        address = header[:32]
+        reg_offset = header[:8]
+        count = header[32:48]
+        info = Const(int.from_bytes(self.info, "little"), 8 * len(self.info))
+        byte = rx.payload
+        take = rx.valid & rx.ready
+
+        m.d.comb += [mem.valid.eq(write_pending), mem.write.eq(write_pending), mem.wdata.eq(write_data),
+                     mem.addr.eq(Mux(write_pending, write_address, address + index)), regs.wstrb.eq(0xF),
+                     regs.awaddr.eq(reg_offset), regs.araddr.eq(reg_offset), regs.wdata.eq(header[8:40])]
+        with m.If(mem.valid & mem.ready & mem.write):
+            m.d.sync += write_pending.eq(0)
+
+        def received(next_state, *, checked=True):
+            """Take a byte (into the CRC unless it is the CRC) and go on."""
+            m.d.comb += rx.ready.eq(1)
+            with m.If(take):
+                if checked:
+                    m.d.sync += crc.eq(crc16_next(crc, byte))
+                m.next = next_state
+            with m.Elif(timed_out):
+                m.next = "SYNC"
+
+        def send(value, next_state, *, checked=True):
+            m.d.comb += [tx.valid.eq(1), tx.payload.eq(value)]
+            with m.If(tx.ready):
+                if checked:
+                    m.d.sync += crc.eq(crc16_next(crc, value))
+                m.next = next_state
+
+        def reply(code, length=0):
+            m.d.sync += [status.eq(code), reply_length.eq(length), crc.eq(protocol.CRC_INIT), index.eq(0)]
+            m.next = "TX_SYNC"
+
+        receiving = Signal()
+        with m.FSM() as fsm:
+            with m.State("SYNC"):
+                m.d.comb += rx.ready.eq(1)
+                with m.If(take & (byte == protocol.REQUEST_SYNC)):
+                    m.d.sync += [crc.eq(protocol.CRC_INIT), index.eq(0), refused.eq(0), header.eq(0)]
+                    m.next = "COMMAND"
+            with m.State("COMMAND"):
+                m.d.comb += receiving.eq(1)
+                received("LENGTH0")
+                with m.If(take):
+                    m.d.sync += command.eq(byte)
+            with m.State("LENGTH0"):
+                m.d.comb += receiving.eq(1)
+                received("LENGTH1")
+                with m.If(take):
+                    m.d.sync += length[:8].eq(byte)
+            with m.State("LENGTH1"):
+                m.d.comb += receiving.eq(1)
+                received("PAYLOAD")
+                with m.If(take):
+                    m.d.sync += length[8:].eq(byte)
+                    with m.If(Cat(length[:8], byte) == 0):
+                        m.next = "CRC0"
+            with m.State("PAYLOAD"):
+                m.d.comb += receiving.eq(1)
+                received("PAYLOAD")
+                with m.If(take):
+                    m.d.sync += index.eq(index + 1)
+                    with m.If(index < 6):
+                        m.d.sync += header.word_select(index[:3], 8).eq(byte)
+                    with m.If(index + 1 == length):
+                        m.next = "CRC0"
+                    with m.If(command == Command.MEM_WRITE):
+                        with m.If(index == 3):
+                            # The address is complete: refuse the whole write now if it cannot be done.
+                            end = Cat(header[:24], byte) + (length - 4)
+                            with m.If(self.run_busy):
+                                m.d.sync += refused.eq(Status.BUSY)
+                            with m.Elif(end > self.mem_bytes):
+                                m.d.sync += refused.eq(Status.BAD_ADDRESS)
+                        with m.If((index >= 4) & (refused == 0)):
+                            m.d.sync += [write_pending.eq(1), write_address.eq(address + index - 4),
+                                         write_data.eq(byte)]
+            with m.State("CRC0"):
+                m.d.comb += receiving.eq(1)
+                received("CRC1", checked=False)
+                with m.If(take):
+                    m.d.sync += received_crc[:8].eq(byte)
+            with m.State("CRC1"):
+                m.d.comb += receiving.eq(1)
+                received("EXECUTE", checked=False)
+                with m.If(take):
+                    m.d.sync += received_crc[8:].eq(byte)
+            with m.State("EXECUTE"):
+                length_ok = Signal()
+                with m.Switch(command):
+                    for cmd, expected in protocol.PAYLOAD_LENGTHS.items():
+                        with m.Case(cmd):
+                            m.d.comb += length_ok.eq(length >= 4 if expected is None else length == expected)
+                with m.If(write_pending):
+                    pass                                # the last data byte is still going to memory
+                with m.Elif(received_crc != crc):
+                    reply(Status.BAD_CRC)
+                with m.Elif(~length_ok):
+                    reply(Status.BAD_COMMAND)
+                with m.Elif(refused != 0):
+                    reply(refused)
+                with m.Elif(command == Command.INFO):
+                    reply(Status.OK, len(self.info))
+                with m.Elif(command == Command.REG_READ):
+                    m.next = "REG_READ"
+                with m.Elif(command == Command.REG_WRITE):
+                    m.next = "REG_WRITE"
+                with m.Elif(command == Command.MEM_WRITE):
+                    reply(Status.OK)
+                with m.Else():                          # MEM_READ
+                    with m.If(self.run_busy):
+                        reply(Status.BUSY)
+                    with m.Elif(address + count > self.mem_bytes):
+                        reply(Status.BAD_ADDRESS)
+                    with m.Else():
+                        reply(Status.OK, count)
+            # -- the register bus ---------------------------------------------------------
+            with m.State("REG_READ"):
+                m.d.comb += regs.arvalid.eq(1)
+                with m.If(regs.arready):
+                    m.next = "REG_READ_DATA"
+            with m.State("REG_READ_DATA"):
+                m.d.comb += regs.rready.eq(1)
+                with m.If(regs.rvalid):
+                    m.d.sync += value.eq(regs.rdata)
+                    reply(Status.OK, 4)
+            with m.State("REG_WRITE"):
+                # The register file takes AW and W together.
+                m.d.comb += [regs.awvalid.eq(1), regs.wvalid.eq(1)]
+                with m.If(regs.awready & regs.wready):
+                    m.next = "REG_WRITE_RESPONSE"
+            with m.State("REG_WRITE_RESPONSE"):
+                m.d.comb += regs.bready.eq(1)
+                with m.If(regs.bvalid):
+                    reply(Status.OK)
+            # -- the reply ------------------------------------------------------------------
+            with m.State("TX_SYNC"):
+                send(protocol.REPLY_SYNC, "TX_STATUS", checked=False)
+            with m.State("TX_STATUS"):
+                send(status, "TX_LENGTH0")
+            with m.State("TX_LENGTH0"):
+                send(reply_length[:8], "TX_LENGTH1")
+            with m.State("TX_LENGTH1"):
+                send(reply_length[8:], "TX_PAYLOAD")
+            with m.State("TX_PAYLOAD"):
+                with m.If(index == reply_length):
+                    m.next = "TX_CRC0"
+                with m.Elif(command == Command.MEM_READ):
+                    m.d.comb += mem.valid.eq(1)
+                    with m.If(mem.ready):
+                        m.next = "TX_MEMORY"
+                with m.Else():
+                    source = Mux(command == Command.INFO, info.word_select(index[:5], 8),
+                                 value.word_select(index[:2], 8))
+                    send(source, "TX_PAYLOAD")
+                    with m.If(tx.ready):
+                        m.d.sync += index.eq(index + 1)
+            with m.State("TX_MEMORY"):
+                with m.If(mem.rvalid):
+                    m.d.sync += out_byte.eq(mem.rdata)
+                    m.next = "TX_MEMORY_BYTE"
+            with m.State("TX_MEMORY_BYTE"):
+                send(out_byte, "TX_PAYLOAD")
+                with m.If(tx.ready):
+                    m.d.sync += index.eq(index + 1)
+            with m.State("TX_CRC0"):
+                send(crc[:8], "TX_CRC1", checked=False)
+            with m.State("TX_CRC1"):
+                send(crc[8:], "SYNC", checked=False)
+            m.d.comb += self.idle.eq(fsm.ongoing("SYNC") & ~write_pending)
+
+        # A request the host stopped sending is dropped after `idle_timeout` cycles of silence.
+        with m.If(~receiving | take | timed_out):
+            m.d.sync += silence.eq(0)
+        with m.Else():
+            m.d.sync += silence.eq(silence + 1)
+        return m

@@ -1,0 +1,72 @@
+"""The simulated board: the whole SoC (not just the accelerator) in Verilator, its UART on a pseudo-terminal.
+
+:class:`SimulatedBoard` starts ``fpga/board_sim.cpp`` on the Verilated
+:class:`~tilewright.fpga.soc.SocCore` and yields the terminal's path; the
+``fpga`` runtime backend opens it with pyserial as it would open a board's
+USB-UART. The UART runs at :data:`SIM_DIVISOR` clock cycles per bit, so a
+byte costs 10·SIM_DIVISOR simulated cycles (the terminal's baud setting
+has no effect).
+"""
+
+import functools
+import subprocess
+from pathlib import Path
+
+from tilewright.sim.fast import build_executable
+from tilewright.sim.rtl import RtlError
+
+__all__ = ["SimulatedBoard", "SIM_DIVISOR", "build_board"]
+
+HARNESS = Path(__file__).with_name("board_sim.cpp")
+
+#: Clock cycles per UART bit in the simulated board (the receiver needs at least 4).
+SIM_DIVISOR = 8
+
+
+@functools.lru_cache(maxsize=4)
+def _soc_verilog(cfg, mem_bytes, clock_hz):
+    from amaranth.back import verilog
+
+    from .soc import SocCore
+    return verilog.convert(SocCore(cfg, mem_bytes=mem_bytes, divisor=SIM_DIVISOR, clock_hz=clock_hz), name="top")
+
+
+def build_board(cfg, *, mem_bytes, clock_hz):
+    """The simulated board's executable for ``cfg`` with ``mem_bytes`` of on-chip memory (cached)."""
+    return build_executable(f"board-{cfg.tag}-{cfg.fingerprint[:8]}-{mem_bytes}", _soc_verilog(cfg, mem_bytes, clock_hz),
+                            HARNESS, {"tw_board.h": f"#pragma once\n#define UART_DIVISOR {SIM_DIVISOR}\n"},
+                            what=f"the simulated board for {cfg.name}")
+
+
+class SimulatedBoard:
+    """A running simulated board; ``port`` is the pseudo-terminal to open. Use as a context manager."""
+
+    def __init__(self, cfg, *, mem_bytes, clock_hz):
+        exe = build_board(cfg, mem_bytes=mem_bytes, clock_hz=clock_hz)
+        self.proc = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True)
+        self.port = self.proc.stdout.readline().strip()
+        if not self.port:
+            self.proc.wait()
+            raise RtlError(f"the simulated board exited (code {self.proc.returncode}) without opening a terminal")
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,99 @@
+"""The system on the board: accelerator, on-chip memory and the host bridge on a UART.
+
+:class:`SocCore` is everything that does not depend on the board (the
+simulated board Verilates exactly this); :class:`BoardTop` adds the
+board's clock plan, its UART pins and LEDs.
+"""
+
+from amaranth import ClockDomain, Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from tilewright.hw.axi import forward
+from tilewright.hw.top import AXI_ID_WIDTH, Accelerator
+
+from . import protocol
+from .bridge import HostBridge
+from .memory import OnChipMemory
+from .uart import UartRx, UartTx
+
+__all__ = ["SocCore", "BoardTop"]
+
+
+class SocCore(wiring.Component):
+    """Accelerator + on-chip memory + UART host bridge.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+    mem_bytes : int
+        On-chip memory standing in for DRAM.
+    divisor : int
+        Clock cycles per UART bit.
+    clock_hz : int
+        The clock frequency (reported to the host).
+
+    Members
+    -------
+    uart_rx : In(1), uart_tx : Out(1)
+    busy : Out(1)
+        A run is in progress.
+    idle : Out(1)
+        No run, no request in progress and nothing on the UART: a simulation may sleep.
+    """
+
+    def __init__(self, cfg, *, mem_bytes, divisor, clock_hz):
+        self.cfg, self.mem_bytes, self.divisor, self.clock_hz = cfg, mem_bytes, divisor, clock_hz
+        super().__init__({"uart_rx": In(1, init=1), "uart_tx": Out(1, init=1), "busy": Out(1), "idle": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.accelerator = acc = Accelerator(cfg)
+        m.submodules.memory = mem = OnChipMemory(size=self.mem_bytes, data_width=cfg.dram_bus_width,
+                                                 id_width=AXI_ID_WIDTH)
+        m.submodules.bridge = bridge = HostBridge(fingerprint=cfg.fingerprint, mem_bytes=self.mem_bytes,
+                                                  clock_hz=self.clock_hz,
+                                                  idle_timeout=protocol.IDLE_TIMEOUT_BITS * self.divisor)
+        m.submodules.rx = rx = UartRx(self.divisor)
+        m.submodules.tx = tx = UartTx(self.divisor)
+        forward(m, acc.m_axi, mem.axi)
+        wiring.connect(m, bridge.regs, acc.s_axil)
+        wiring.connect(m, bridge.mem, mem.host)
+        wiring.connect(m, rx.data, bridge.rx)
+        wiring.connect(m, bridge.tx, tx.data)
+        m.d.comb += [rx.rx.eq(self.uart_rx), self.uart_tx.eq(tx.tx), bridge.run_busy.eq(acc.busy),
+                     self.busy.eq(acc.busy),
+                     self.idle.eq(~acc.busy & bridge.idle & ~tx.busy & ~rx.data.valid)]
+        return m
+
+
+class BoardTop(wiring.Component):
+    """The SoC on a board: clock plan, UART pins, LEDs (busy, and a heartbeat when the board has two).
+
+    Parameters
+    ----------
+    board : :class:`tilewright.fpga.boards.Board`
+    cfg : HwConfig
+    freq_hz : int
+        The accelerator clock; the board's PLL makes it from the board clock.
+    """
+
+    def __init__(self, board, cfg, *, freq_hz, baud):
+        from .uart import divisor_for
+        self.board, self.cfg, self.freq_hz = board, cfg, freq_hz
+        self.divisor = divisor_for(freq_hz, baud)
+        super().__init__({})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = ClockDomain("sync")
+        self.board.clock_plan(m, platform, self.freq_hz)
+        uart = platform.request("uart", 0)
+        m.submodules.soc = soc = SocCore(self.cfg, mem_bytes=self.board.mem_bytes, divisor=self.divisor,
+                                         clock_hz=self.freq_hz)
+        m.d.comb += [soc.uart_rx.eq(uart.rx.i), uart.tx.o.eq(soc.uart_tx)]
+        led = platform.request("led", 0)
+        m.d.comb += led.o.eq(soc.busy)
+        return m
+
