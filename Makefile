@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench fuzz docs clean
+.PHONY: demo test bench fuzz fpga docs clean
 
 # Long regressions: make fuzz N=2000 CONFIG=small [SEED=0]
 N      ?= 1000
@@ -35,6 +35,12 @@ bench: $(STAMP)
 
 fuzz: $(STAMP)
 	$(VENV)/bin/tilewright fuzz --config $(CONFIG) -n $(N) --seed $(SEED)
+
+# Every board at its preset (minutes to an hour each: place-and-route is single-threaded WASM), then the table.
+fpga: $(STAMP)
+	for board in ulx3s-85f ulx3s-45f icebreaker tangnano9k; do \
+		$(VENV)/bin/tilewright fpga build --board $$board || true; done
+	$(VENV)/bin/tilewright fpga report
 
 docs: $(STAMP)
 	$(VENV)/bin/tilewright docs

@@ -413,6 +413,9 @@ def _parser():
     sp.add_argument("--profile", action="store_true", help="print where each node ran, its time and cycles")
     sp.set_defaults(func=cmd_run)
 
+    from .fpga import add_parser as add_fpga_parser
+    add_fpga_parser(sub)
+
     sp = sub.add_parser("docs", help="regenerate the generated tables in docs/")
     sp.add_argument("--root", default=".", help="repository root")
     sp.add_argument("--check", action="store_true", help="only check that they are current")

@@ -66,6 +66,8 @@ class HostBridge(wiring.Component):
         Size of the on-chip memory; accesses beyond it are refused.
     clock_hz : int
         The clock this build runs at, reported by INFO.
+    idle_timeout : int
+        Cycles of silence after which a half-received request is dropped.
 
     Members
     -------

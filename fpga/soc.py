@@ -6,7 +6,7 @@ board's clock plan, its UART pins and LEDs.
 """
 
 from amaranth import ClockDomain, Module
-from amaranth.lib import wiring
+from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.hw.axi import forward
@@ -69,7 +69,7 @@ class SocCore(wiring.Component):
 
 
 class BoardTop(wiring.Component):
-    """The SoC on a board: clock plan, UART pins, LEDs (busy, and a heartbeat when the board has two).
+    """The SoC on a board: clock plan, UART pins, and an LED lit while a run is busy.
 
     Parameters
     ----------
@@ -89,11 +89,12 @@ class BoardTop(wiring.Component):
         m = Module()
         m.domains.sync = ClockDomain("sync")
         self.board.clock_plan(m, platform, self.freq_hz)
-        uart = platform.request("uart", 0)
+        uart = platform.request("uart", 0, dir="-")
+        m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
+        m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
+        m.submodules.led = led = io.Buffer("o", platform.request("led", 0, dir="-"))
         m.submodules.soc = soc = SocCore(self.cfg, mem_bytes=self.board.mem_bytes, divisor=self.divisor,
                                          clock_hz=self.freq_hz)
-        m.d.comb += [soc.uart_rx.eq(uart.rx.i), uart.tx.o.eq(soc.uart_tx)]
-        led = platform.request("led", 0)
-        m.d.comb += led.o.eq(soc.busy)
+        m.d.comb += [soc.uart_rx.eq(rx.i), tx.o.eq(soc.uart_tx), led.o.eq(soc.busy)]
         return m
 

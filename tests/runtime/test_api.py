@@ -213,7 +213,7 @@ def test_mul_and_shift_limits_are_accepted():
 def test_unknown_config_and_backend():
     with pytest.raises(ConfigError, match=r"unknown config 'huge'"):
         conv(config="huge")
-    with pytest.raises(DeviceError, match=r"unknown backend 'gpu' \(available: fsim, rtl\)"):
+    with pytest.raises(DeviceError, match=r"unknown backend 'gpu' \(available: fsim, rtl, fpga\)"):
         conv(backend="gpu")
     with pytest.raises(DeviceError, match=r"unknown backend"):
         dense(backend="rtl-nonexistent")

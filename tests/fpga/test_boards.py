@@ -1,0 +1,73 @@
+"""Boards: PLL plans within the devices' documented ranges, every board's top prepared for its
+toolchain (pins, clock plan, the SoC), and the CLI's one-line errors."""
+
+import shutil
+
+import pytest
+
+from tilewright.cli import main
+from tilewright.fpga.boards import BOARDS, BoardError, ecp5_pll, get_board, ice40_pll
+from tilewright.fpga.soc import BoardTop
+
+
+@pytest.mark.parametrize("f_in,f_out", [(25, 100), (25, 60), (25, 40), (12, 24), (12, 36), (27, 50)])
+def test_ecp5_pll_in_range(f_in, f_out):
+    ref, fb, op, achieved = ecp5_pll(f_in, f_out)
+    pfd = f_in / ref
+    assert 3.125 <= pfd <= 400 and 400 <= pfd * fb * op <= 800
+    assert achieved == pytest.approx(pfd * fb) and abs(achieved - f_out) / f_out < 0.01
+
+
+@pytest.mark.parametrize("f_in,f_out", [(12, 24), (12, 30), (12, 33), (12, 48)])
+def test_ice40_pll_in_range(f_in, f_out):
+    divr, divf, divq, filter_range, achieved = ice40_pll(f_in, f_out)
+    pfd = f_in / (divr + 1)
+    vco = pfd * (divf + 1)
+    assert 10 <= pfd <= 133 and 533 <= vco <= 1066 and 1 <= divq <= 6 and 1 <= filter_range <= 6
+    assert achieved == pytest.approx(vco / 2 ** divq) and abs(achieved - f_out) / f_out < 0.02
+
+
+def test_exact_plans_where_the_dividers_allow():
+    assert ecp5_pll(25, 100)[3] == 100 and ice40_pll(12, 24)[4] == 24
+
+
+def test_unknown_board():
+    with pytest.raises(BoardError, match="unknown board 'nope'; boards: ulx3s-85f"):
+        get_board("nope")
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_board_top_prepares(name):
+    board = BOARDS[name]
+    from tilewright.config import load_config
+    platform = board.platform_class()
+    # A clock other than the board's exercises the PLL plan where the family has one.
+    freq = board.freq_mhz if board.family == "gowin" else board.board_clock_mhz * 2
+    plan = platform.prepare(BoardTop(board, load_config(board.config), freq_hz=int(board.achieved_mhz(freq) * 1e6),
+                                     baud=board.baud), name="top")
+    rtlil = plan.files["top.il"]
+    rtlil = rtlil if isinstance(rtlil, str) else rtlil.decode()
+    pll = {"ecp5": "EHXPLLL", "ice40": "SB_PLL40_CORE"}.get(board.family)
+    if pll:
+        assert f"cell \\{pll}" in rtlil
+    constraints = next(v for k, v in plan.files.items() if k.endswith((".lpf", ".pcf", ".cst")))
+    constraints = constraints if isinstance(constraints, str) else constraints.decode()
+    assert "uart" in constraints
+
+
+def test_cli_errors_are_one_line(capsys):
+    assert main(["fpga", "build", "--board", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown board") and err.count("\n") == 1
+    assert main(["fpga", "simulate", "--board", "icebreaker", "--config", "nonexistent"]) == 1
+    assert "unknown config" in capsys.readouterr().err
+    assert main(["fpga", "report", "no/such/folder"]) == 1
+    assert "no build reports" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("openFPGALoader") is not None, reason="openFPGALoader is installed here")
+def test_program_without_loader_says_how_to_get_it(capsys, tmp_path):
+    bitstream = tmp_path / "top.bit"
+    bitstream.write_bytes(b"\0")
+    assert main(["fpga", "program", "--board", "ulx3s-85f", str(bitstream)]) == 1
+    assert "openFPGALoader is not installed" in capsys.readouterr().err
