@@ -56,10 +56,11 @@ def cmd_build(args):
 
 def report_table(reports):
     """Markdown table of build reports (one row per board × config × clock × seed)."""
+    from tilewright.fpga.build import worst_fmax
     rows = ["| board | config | clock MHz | Fmax MHz | timing | LUT | FF | DSP | BRAM | seed | P&R s |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(reports, key=lambda r: (r["board"], r["config"], r["clock_mhz"], r["seed"])):
-        fmax = min((v["achieved_mhz"] for v in r.get("fmax", {}).values()), default=None)
+        fmax = worst_fmax(r)
         use = r.get("synthesis", {})
 
         def cell(kind):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from amaranth import ClockSignal, Const, Instance, Module, ResetSignal, Signal
 from amaranth.lib import io
 
+from . import protocol
+
 __all__ = ["Board", "BOARDS", "get_board", "BoardError", "ecp5_pll", "ice40_pll"]
 
 
@@ -155,13 +157,13 @@ class Board:
 
 BOARDS = {b.name: b for b in [
     Board("ulx3s-85f", "ULX3S (LFE5U-85F, CABGA381, speed 6)", "ecp5", "amaranth_boards.ulx3s:ULX3S_85F_Platform",
-          config="small", freq_mhz=25, mem_bytes=128 * 1024, baud=1_000_000,
+          config="small", freq_mhz=25, mem_bytes=128 * 1024, baud=protocol.DEFAULT_BAUD,
           resources={"LUT": 83640, "FF": 83640, "DSP": 156, "BRAM": 208}),
     Board("ulx3s-45f", "ULX3S (LFE5U-45F, CABGA381, speed 6)", "ecp5", "amaranth_boards.ulx3s:ULX3S_45F_Platform",
-          config="small", freq_mhz=25, mem_bytes=64 * 1024, baud=1_000_000,
+          config="small", freq_mhz=25, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,
           resources={"LUT": 43848, "FF": 43848, "DSP": 72, "BRAM": 108}),
     Board("icebreaker", "iCEBreaker (iCE40UP5K, SG48)", "ice40", "amaranth_boards.icebreaker:ICEBreakerPlatform",
-          config="tiny", freq_mhz=24, mem_bytes=64 * 1024, baud=1_000_000,
+          config="tiny", freq_mhz=24, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,
           resources={"LUT": 5280, "FF": 5280, "DSP": 8, "BRAM": 30, "SPRAM": 4}),
     Board("tangnano9k", "Tang Nano 9K (GW1NR-LV9QN88PC6/I5)", "gowin",
           "amaranth_boards.tang_nano_9k:TangNano9kPlatform",

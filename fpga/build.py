@@ -24,7 +24,7 @@ from tilewright.config import load_config
 from .boards import get_board
 from .soc import BoardTop
 
-__all__ = ["BuildError", "build_bitstream", "summary", "tool", "REPORT_NAME"]
+__all__ = ["BuildError", "build_bitstream", "summary", "worst_fmax", "tool", "REPORT_NAME"]
 
 REPORT_NAME = "report.json"
 
@@ -197,10 +197,8 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     report["bitstream"] = str(out / bitstream)
     _write(out, report, started, ok=report["timing_met"])
     if not report["timing_met"]:
-        worst = min(report["fmax"].values(), key=lambda v: v["achieved_mhz"] / v["constraint_mhz"]) \
-            if report["fmax"] else None
-        raise BuildError(f"timing not met at {achieved_clock:g} MHz: achieved "
-                         f"{worst['achieved_mhz'] if worst else '?'} MHz (report {out / REPORT_NAME})")
+        raise BuildError(f"timing not met at {achieved_clock:g} MHz: achieved {worst_fmax(report) or '?'} MHz "
+                         f"(report {out / REPORT_NAME})")
     return report
 
 
@@ -210,9 +208,14 @@ def _write(out, report, started, *, ok):
     (out / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
 
 
+def worst_fmax(report):
+    """The lowest achieved Fmax (MHz) over the report's clocks, or None before place and route."""
+    return min((v["achieved_mhz"] for v in report.get("fmax", {}).values()), default=None)
+
+
 def summary(report):
     """The one-line summary of a build report."""
-    fmax = min((v["achieved_mhz"] for v in report.get("fmax", {}).values()), default=None)
+    fmax = worst_fmax(report)
     use = report.get("synthesis", {})
     parts = [f"{k} {v['used']}/{v['available']}" for k, v in use.items() if v.get("available")]
     return (f"{report['board']} {report['config']}: "

@@ -17,9 +17,7 @@ from tilewright.sim.dram import DramError
 from . import protocol
 from .link import Link
 
-__all__ = ["FpgaDevice", "DEFAULT_BAUD"]
-
-DEFAULT_BAUD = 1_000_000
+__all__ = ["FpgaDevice"]
 _OFFSET = {r.name: r.offset for r in REGISTERS}
 
 
@@ -33,7 +31,7 @@ class FpgaDevice(Device):
 
     backend = "fpga"
 
-    def __init__(self, config, *, port, baud=DEFAULT_BAUD, run_timeout=600.0):
+    def __init__(self, config, *, port, baud=protocol.DEFAULT_BAUD, run_timeout=600.0):
         super().__init__(config)
         self.link = Link(port, baud=baud)
         info = self.link.info()

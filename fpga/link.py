@@ -44,7 +44,7 @@ class Link:
         Times a request refused for a bad CRC is sent again.
     """
 
-    def __init__(self, port, *, baud=1_000_000, timeout=5.0, retries=2):
+    def __init__(self, port, *, baud=protocol.DEFAULT_BAUD, timeout=5.0, retries=2):
         import serial
         try:
             self.serial = serial.Serial(port, baudrate=baud, timeout=timeout)

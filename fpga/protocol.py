@@ -35,8 +35,11 @@ can start afresh after waiting that long.
 import enum
 import struct
 
-__all__ = ["REQUEST_SYNC", "REPLY_SYNC", "VERSION", "Command", "Status", "INFO_FORMAT", "IDLE_TIMEOUT_BITS",
+__all__ = ["DEFAULT_BAUD", "REQUEST_SYNC", "REPLY_SYNC", "VERSION", "Command", "Status", "INFO_FORMAT", "IDLE_TIMEOUT_BITS",
            "CRC_INIT", "CRC_POLY", "crc16", "request", "PAYLOAD_LENGTHS", "MAX_PAYLOAD"]
+
+#: The UART speed boards are built for and hosts open the port at, unless a board says otherwise.
+DEFAULT_BAUD = 1_000_000
 
 REQUEST_SYNC = 0xA5
 REPLY_SYNC = 0x5A
