@@ -131,9 +131,13 @@ def _pack_args(board, platform):
             "pnr.json"], "top.fs"
 
 
-def _synth_script(board):
+def _synth_script(board, cfg):
     synth = {"ecp5": "synth_ecp5", "ice40": "synth_ice40 -dsp -spram", "gowin": "synth_gowin"}[board.family]
-    return f"read_rtlil top.il; {synth} -top top; tee -q -o stat.json stat -json; write_json top.json"
+    script = "read_rtlil top.il; "
+    if board.mem_ram_style == "huge":
+        # SPRAM cannot be initialised: drop the on-chip memory's all-zero contents (its words only).
+        script += f"delete t:$meminit_v2 r:WORDS={board.mem_bytes // cfg.bus_bytes}; "
+    return script + f"{synth} -top top; tee -q -o stat.json stat -json; write_json top.json"
 
 
 def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=None, progress=print):
@@ -165,7 +169,7 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     report["tools"]["yosys"] = _version(tool("yosys"))
 
     progress("  synthesizing (Yosys)")
-    report["seconds"]["synthesis"] = _run([tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board)],
+    report["seconds"]["synthesis"] = _run([tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board, cfg)],
                                           cwd=out, log="synth.stdout", tail="synth.log", what="Yosys",
                                           progress=progress)
     used = _utilization_from_stat(json.loads((out / "stat.json").read_text()), board.family)

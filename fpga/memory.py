@@ -23,6 +23,11 @@ __all__ = ["OnChipMemory"]
 class OnChipMemory(wiring.Component):
     """``size`` bytes of RAM, ``data_width`` bits per word.
 
+    ``ram_style`` becomes the RAM's Yosys attribute: ``"huge"`` puts it in
+    iCE40 SPRAM (which cannot be initialised, so the build drops the
+    all-zero initial contents: such a memory powers up undefined, and the
+    host writes every byte a program reads).
+
     Members
     -------
     axi : In(AxiSignature)
@@ -30,10 +35,10 @@ class OnChipMemory(wiring.Component):
     host : In(HostPortSignature)
     """
 
-    def __init__(self, *, size, data_width, addr_width=32, id_width=1):
+    def __init__(self, *, size, data_width, addr_width=32, id_width=1, ram_style=None):
         if size % (data_width // 8):
             raise ValueError(f"memory size {size} is not a whole number of {data_width}-bit words")
-        self.size, self.data_width = size, data_width
+        self.size, self.data_width, self.ram_style = size, data_width, ram_style
         super().__init__({"axi": In(AxiSignature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
                           "host": In(HostPortSignature())})
 
@@ -42,7 +47,8 @@ class OnChipMemory(wiring.Component):
         word_bytes = self.data_width // 8
         shift = word_bytes.bit_length() - 1
         depth = self.size // word_bytes
-        m.submodules.ram = ram = Memory(shape=self.data_width, depth=depth, init=[])
+        m.submodules.ram = ram = Memory(shape=self.data_width, depth=depth, init=[],
+                                        attrs={"ram_style": self.ram_style} if self.ram_style else None)
         read = ram.read_port()
         write = ram.write_port(granularity=8)
         axi, host = self.axi, self.host

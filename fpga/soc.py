@@ -42,8 +42,9 @@ class SocCore(wiring.Component):
         No run, no request in progress and nothing on the UART: a simulation may sleep.
     """
 
-    def __init__(self, cfg, *, mem_bytes, divisor, clock_hz):
+    def __init__(self, cfg, *, mem_bytes, divisor, clock_hz, ram_style=None):
         self.cfg, self.mem_bytes, self.divisor, self.clock_hz = cfg, mem_bytes, divisor, clock_hz
+        self.ram_style = ram_style
         super().__init__({"uart_rx": In(1, init=1), "uart_tx": Out(1, init=1), "busy": Out(1), "idle": Out(1)})
 
     def elaborate(self, platform):
@@ -51,7 +52,7 @@ class SocCore(wiring.Component):
         cfg = self.cfg
         m.submodules.accelerator = acc = Accelerator(cfg)
         m.submodules.memory = mem = OnChipMemory(size=self.mem_bytes, data_width=cfg.dram_bus_width,
-                                                 id_width=AXI_ID_WIDTH)
+                                                 id_width=AXI_ID_WIDTH, ram_style=self.ram_style)
         m.submodules.bridge = bridge = HostBridge(fingerprint=cfg.fingerprint, mem_bytes=self.mem_bytes,
                                                   clock_hz=self.clock_hz,
                                                   idle_timeout=protocol.IDLE_TIMEOUT_BITS * self.divisor)
@@ -94,7 +95,7 @@ class BoardTop(wiring.Component):
         m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
         m.submodules.led = led = io.Buffer("o", platform.request("led", 0, dir="-"))
         m.submodules.soc = soc = SocCore(self.cfg, mem_bytes=self.board.mem_bytes, divisor=self.divisor,
-                                         clock_hz=self.freq_hz)
+                                         clock_hz=self.freq_hz, ram_style=self.board.mem_ram_style)
         m.d.comb += [soc.uart_rx.eq(rx.i), tx.o.eq(soc.uart_tx), led.o.eq(soc.busy)]
         return m
 

@@ -38,7 +38,8 @@ class ComputeUnit(wiring.Component):
     out_write : In(WritePort.Signature)
     acc_for_store : Out(ReadPort.Signature)
         A read port of the accumulator SRAM for the store stream.
-    axi_uop, axi_acc, axi_acc8 : Out(AxiReadSignature)
+    axi : Out(AxiReadSignature)
+        DRAM reads of the stream's LOADs (UOP, ACC, ACC8 share one :class:`PaddedLoad`).
     protocol_ok : In(1)
         Other streams drained, tokens clear and no instruction after this one
         (checked when FINISH executes).
@@ -57,14 +58,13 @@ class ComputeUnit(wiring.Component):
         def port(kind, mem):
             return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem)))
 
-        axi = Out(AxiReadSignature(addr_width=addr_width, data_width=bus))
         super().__init__({
             "cmd": In(stream.Signature(CommandLayout())),
             "prev": Out(TokenPort()), "next": Out(TokenPort()),
             "inp_read": port(ReadPort, "inp"), "wgt_read": port(ReadPort, "wgt"),
             "out_write": port(WritePort, "out"),
             "acc_for_store": Out(ReadPort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"))),
-            "axi_uop": axi, "axi_acc": axi, "axi_acc8": axi,
+            "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=bus)),
             "protocol_ok": In(1),
             "halt": In(1),
             "finished": Out(1),
@@ -98,16 +98,13 @@ class ComputeUnit(wiring.Component):
 
         # -- executors -------------------------------------------------------------
         aw = self.addr_width
-        m.submodules.load_uop = load_uop = PaddedLoad(c, MemType.UOP, addr_width=aw)
-        m.submodules.load_acc = load_acc = PaddedLoad(c, MemType.ACC, addr_width=aw)
-        m.submodules.load_acc8 = load_acc8 = PaddedLoad(
-            c, MemType.ACC8, addr_width=aw,
-            convert=lambda e: Cat(_sign_extend(e[8 * k:8 * k + 8], c.acc_width) for k in range(c.batch * c.block_out)))
+        m.submodules.loader = loader = PaddedLoad(
+            c, (MemType.UOP, MemType.ACC, MemType.ACC8), addr_width=aw,
+            converts={MemType.ACC8: lambda e: Cat(_sign_extend(e[8 * k:8 * k + 8], c.acc_width)
+                                                  for k in range(c.batch * c.block_out))})
         m.submodules.core = core = ComputeCore(c)
-        wiring.connect(m, load_uop.axi, wiring.flipped(self.axi_uop))
-        wiring.connect(m, load_acc.axi, wiring.flipped(self.axi_acc))
-        wiring.connect(m, load_acc8.axi, wiring.flipped(self.axi_acc8))
-        wiring.connect(m, load_uop.write, uop_w)
+        wiring.connect(m, loader.axi, wiring.flipped(self.axi))
+        wiring.connect(m, loader.write_uop, uop_w)
         wiring.connect(m, core.uop_read, uop_r)
         wiring.connect(m, core.acc_read_a, acc_ra)
         wiring.connect(m, core.acc_read_b, acc_rb)
@@ -115,7 +112,7 @@ class ComputeUnit(wiring.Component):
         wiring.connect(m, core.wgt_read, wiring.flipped(self.wgt_read))
         wiring.connect(m, core.out_write, wiring.flipped(self.out_write))
         # One writer of acc at a time: the compute stream runs one instruction.
-        for writer in (core.acc_write, load_acc.write, load_acc8.write):
+        for writer in (core.acc_write, loader.write_acc):
             with m.If(writer.en):
                 m.d.comb += [acc_w.addr.eq(writer.addr), acc_w.data.eq(writer.data), acc_w.en.eq(1)]
 
@@ -129,8 +126,7 @@ class ComputeUnit(wiring.Component):
                 "acc8": is_load & (load.memory_type == MemType.ACC8),
                 "core": (opcode == Opcode.GEMM) | (opcode == Opcode.ALU),
                 "finish": opcode == Opcode.FINISH}
-        for unit, name in ((load_uop, "uop"), (load_acc, "acc"), (load_acc8, "acc8")):
-            m.d.comb += [unit.insn.eq(word), unit.start.eq(seq.start & kind[name])]
+        m.d.comb += [loader.insn.eq(word), loader.start.eq(seq.start & is_load)]
         m.d.comb += [core.insn.eq(word), core.start.eq(seq.start & kind["core"])]
 
         # FINISH: one cycle after its pops, every other part must be quiet.
@@ -138,9 +134,9 @@ class ComputeUnit(wiring.Component):
         m.d.sync += finish_check.eq(seq.start & kind["finish"])
         finish_error = Mux(self.protocol_ok & ~finish.push_prev & ~finish.push_next, 0, ErrorCode.PROTOCOL)
 
-        done = load_uop.done | load_acc.done | load_acc8.done | core.done | finish_check
+        done = loader.done | core.done | finish_check
         error = Signal(isa.ERROR_BITS)
-        m.d.comb += error.eq(load_uop.error | load_acc.error | load_acc8.error | core.error
+        m.d.comb += error.eq(loader.error | core.error
                              | Mux(finish_check, finish_error, 0))
         m.d.comb += [
             seq.done.eq(done), seq.error.eq(error), seq.halt.eq(self.halt),
@@ -153,8 +149,8 @@ class ComputeUnit(wiring.Component):
             self.retire_gemm.eq(core.retire_gemm), self.retire_alu.eq(core.retire_alu),
             self.wait_pop_prev.eq(seq.wait_pop_prev), self.wait_pop_next.eq(seq.wait_pop_next),
             self.wait_push_prev.eq(seq.wait_push_prev), self.wait_push_next.eq(seq.wait_push_next),
-            self.bytes_uop.eq(Mux(seq.retired & kind["uop"], load_uop.bytes_read, 0)),
-            self.bytes_acc.eq(Mux(seq.retired & kind["acc"], load_acc.bytes_read, 0)),
-            self.bytes_acc8.eq(Mux(seq.retired & kind["acc8"], load_acc8.bytes_read, 0)),
+            self.bytes_uop.eq(Mux(seq.retired & kind["uop"], loader.bytes_read, 0)),
+            self.bytes_acc.eq(Mux(seq.retired & kind["acc"], loader.bytes_read, 0)),
+            self.bytes_acc8.eq(Mux(seq.retired & kind["acc8"], loader.bytes_read, 0)),
         ]
         return m

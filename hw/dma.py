@@ -27,17 +27,20 @@ from .axi import (BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, RESP_OKAY, AxiRea
 
 __all__ = ["TransferLayout", "RowReader", "ElementPacker", "RowWriter"]
 
-#: Widths of a transfer command. Byte counts allow 16-bit element counts of
-#: elements up to 64 KiB.
-ADDR_BITS = 48
-LEN_BITS = 32
+#: Rows of a transfer command (the ISA's 16-bit ``y_size``).
 ROWS_BITS = 16
 
 
-def TransferLayout():
-    """Payload of a transfer command: ``addr``, ``row_bytes``, ``stride``, ``rows``."""
-    return data.StructLayout({"addr": ADDR_BITS, "row_bytes": LEN_BITS, "stride": LEN_BITS,
-                              "rows": ROWS_BITS})
+def TransferLayout(addr_width):
+    """Payload of a transfer command: ``addr``, ``row_bytes``, ``stride``, ``rows``.
+
+    Byte fields are ``addr_width + 1`` bits: the units check every transfer
+    against the bus before starting it, so its addresses, one-past-the-end
+    included, are at most ``2**addr_width`` (a stride only matters when
+    there is a next row, which then lies on the bus too).
+    """
+    bits = addr_width + 1
+    return data.StructLayout({"addr": bits, "row_bytes": bits, "stride": bits, "rows": ROWS_BITS})
 
 
 def _burst_layout(bus_bytes):
@@ -63,11 +66,13 @@ class _BurstSplitter(wiring.Component):
     produced together, one burst per cycle at most.
     """
 
-    def __init__(self, *, bus_bytes):
+    def __init__(self, *, addr_width, bus_bytes):
         self.bus_bytes = bus_bytes
+        self.bits = addr_width + 1
         super().__init__({
-            "cmd": In(stream.Signature(TransferLayout())),
-            "request": Out(stream.Signature(data.StructLayout({"addr": ADDR_BITS, "beats": range(1, MAX_BURST_BEATS + 1)}))),
+            "cmd": In(stream.Signature(TransferLayout(addr_width))),
+            "request": Out(stream.Signature(data.StructLayout({"addr": self.bits,
+                                                               "beats": range(1, MAX_BURST_BEATS + 1)}))),
             "burst": Out(stream.Signature(_burst_layout(bus_bytes))),
             "busy": Out(1),
         })
@@ -76,17 +81,18 @@ class _BurstSplitter(wiring.Component):
         m = Module()
         B = self.bus_bytes
         shift = B.bit_length() - 1
-        row_addr = Signal(ADDR_BITS)      # start of the current row
-        start = Signal(ADDR_BITS)         # next byte to request in this row
-        end = Signal(ADDR_BITS)           # one past the row's last byte
+        bits = self.bits
+        row_addr = Signal(bits)           # start of the current row
+        start = Signal(bits)              # next byte to request in this row
+        end = Signal(bits)                # one past the row's last byte
         rows_left = Signal(ROWS_BITS)
-        stride = Signal(LEN_BITS)
-        row_bytes = Signal(LEN_BITS)
+        stride = Signal(bits)
+        row_bytes = Signal(bits)
         active = Signal()
 
-        aligned = Signal(ADDR_BITS)
+        aligned = Signal(bits)
         m.d.comb += aligned.eq(start & ~(B - 1))
-        to_end = Signal(ADDR_BITS)
+        to_end = Signal(bits)
         to_boundary = Signal(range(BOUNDARY_BYTES // B + 1))
         beats = Signal(range(1, MAX_BURST_BEATS + 1))
         m.d.comb += [
@@ -100,7 +106,7 @@ class _BurstSplitter(wiring.Component):
             m.d.comb += beats.eq(to_boundary)
         with m.Else():
             m.d.comb += beats.eq(limit)
-        burst_end = Signal(ADDR_BITS)
+        burst_end = Signal(bits)
         m.d.comb += burst_end.eq(aligned + (beats << shift))
         last_in_row = burst_end >= end
         last = last_in_row & (rows_left == 1)
@@ -142,7 +148,7 @@ class RowReader(wiring.Component):
 
     Members
     -------
-    cmd : In(stream.Signature(TransferLayout()))
+    cmd : In(stream.Signature(TransferLayout(addr_width)))
         One transfer; accepted when idle.
     beats : Out(stream.Signature(...))
         ``data`` (one bus word), ``lo``/``hi`` (the transfer's bytes within it)
@@ -160,7 +166,7 @@ class RowReader(wiring.Component):
         self.addr_width = addr_width
         self.outstanding = outstanding
         super().__init__({
-            "cmd": In(stream.Signature(TransferLayout())),
+            "cmd": In(stream.Signature(TransferLayout(addr_width))),
             "beats": Out(stream.Signature(data.StructLayout({
                 "data": data_width, "lo": range(self.bus_bytes), "hi": range(1, self.bus_bytes + 1),
                 "last": 1}))),
@@ -172,7 +178,7 @@ class RowReader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         B = self.bus_bytes
-        m.submodules.split = split = _BurstSplitter(bus_bytes=B)
+        m.submodules.split = split = _BurstSplitter(addr_width=self.addr_width, bus_bytes=B)
         m.submodules.pending = pending = fifo.SyncFIFOBuffered(
             width=len(split.burst.payload.as_value()), depth=self.outstanding)
         wiring.connect(m, wiring.flipped(self.cmd), split.cmd)
@@ -275,7 +281,7 @@ class RowWriter(wiring.Component):
 
     Members
     -------
-    cmd : In(stream.Signature(TransferLayout()))
+    cmd : In(stream.Signature(TransferLayout(addr_width)))
     elements : In(stream.Signature(elem_bytes * 8))
         Exactly ``rows·row_bytes / elem_bytes`` elements, in order.
     axi : Out(AxiWriteSignature)
@@ -286,10 +292,11 @@ class RowWriter(wiring.Component):
 
     def __init__(self, *, addr_width, data_width, elem_bytes, outstanding=4):
         self.bus_bytes = data_width // 8
+        self.addr_width = addr_width
         self.elem_bytes = elem_bytes
         self.outstanding = outstanding
         super().__init__({
-            "cmd": In(stream.Signature(TransferLayout())),
+            "cmd": In(stream.Signature(TransferLayout(addr_width))),
             "elements": In(stream.Signature(elem_bytes * 8)),
             "axi": Out(AxiWriteSignature(addr_width=addr_width, data_width=data_width)),
             "busy": Out(1),
@@ -299,7 +306,7 @@ class RowWriter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         B, E = self.bus_bytes, self.elem_bytes
-        m.submodules.split = split = _BurstSplitter(bus_bytes=B)
+        m.submodules.split = split = _BurstSplitter(addr_width=self.addr_width, bus_bytes=B)
         m.submodules.pending = pending = fifo.SyncFIFOBuffered(
             width=len(split.burst.payload.as_value()), depth=self.outstanding)
         wiring.connect(m, wiring.flipped(self.cmd), split.cmd)

@@ -17,14 +17,14 @@ __all__ = ["LoadUnit"]
 
 
 class LoadUnit(wiring.Component):
-    """Sequencer plus one :class:`PaddedLoad` per memory type of the load stream.
+    """Sequencer plus the :class:`PaddedLoad` for LOAD INP and LOAD WGT.
 
     Members
     -------
     cmd : In(stream of CommandLayout)
     next : Out(TokenPort)        (c2l pops, l2c pushes)
     inp_write, wgt_write : In(WritePort.Signature)
-    axi_inp, axi_wgt : Out(AxiReadSignature)
+    axi : Out(AxiReadSignature)
     halt : In(1)
     fault, error, index : the sequencer's fault report
     busy, blocked, retired, dma_busy, wait_pop_next, wait_push_next : status for counters
@@ -40,8 +40,7 @@ class LoadUnit(wiring.Component):
             "next": Out(TokenPort()),
             "inp_write": In(WritePort.Signature(addr_width=cfg.index_bits("inp"), shape=sram_shape(cfg, "inp"))),
             "wgt_write": In(WritePort.Signature(addr_width=cfg.index_bits("wgt"), shape=sram_shape(cfg, "wgt"))),
-            "axi_inp": Out(AxiReadSignature(addr_width=addr_width, data_width=bus)),
-            "axi_wgt": Out(AxiReadSignature(addr_width=addr_width, data_width=bus)),
+            "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=bus)),
             "halt": In(1),
             "fault": Out(1), "error": Out(isa.ERROR_BITS), "index": Out(32), "started": Out(1),
             "busy": Out(1), "blocked": Out(1), "retired": Out(1), "dma_busy": Out(1),
@@ -54,29 +53,26 @@ class LoadUnit(wiring.Component):
         c = self.cfg
         layouts = isa.instruction_layouts(c)
         m.submodules.seq = seq = Sequencer(insn_layout=layouts["header"])
-        m.submodules.inp = inp = PaddedLoad(c, MemType.INP, addr_width=self.addr_width)
-        m.submodules.wgt = wgt = PaddedLoad(c, MemType.WGT, addr_width=self.addr_width)
+        m.submodules.loader = loader = PaddedLoad(c, (MemType.INP, MemType.WGT), addr_width=self.addr_width)
         wiring.connect(m, wiring.flipped(self.cmd), seq.cmd)
         wiring.connect(m, seq.next, wiring.flipped(self.next))
-        wiring.connect(m, inp.write, wiring.flipped(self.inp_write))
-        wiring.connect(m, wgt.write, wiring.flipped(self.wgt_write))
-        wiring.connect(m, inp.axi, wiring.flipped(self.axi_inp))
-        wiring.connect(m, wgt.axi, wiring.flipped(self.axi_wgt))
+        wiring.connect(m, loader.write_inp, wiring.flipped(self.inp_write))
+        wiring.connect(m, loader.write_wgt, wiring.flipped(self.wgt_write))
+        wiring.connect(m, loader.axi, wiring.flipped(self.axi))
 
         load = data.View(layouts[isa.Opcode.LOAD], seq.insn.as_value())
         is_wgt = load.memory_type == MemType.WGT
         m.d.comb += [
-            inp.insn.eq(seq.insn.as_value()), wgt.insn.eq(seq.insn.as_value()),
-            inp.start.eq(seq.start & ~is_wgt), wgt.start.eq(seq.start & is_wgt),
-            seq.done.eq(inp.done | wgt.done),
-            seq.error.eq(inp.error | wgt.error),
+            loader.insn.eq(seq.insn.as_value()), loader.start.eq(seq.start),
+            seq.done.eq(loader.done),
+            seq.error.eq(loader.error),
             seq.halt.eq(self.halt),
-            self.fault.eq(seq.fault), self.error.eq(Mux(seq.fault, inp.error | wgt.error, 0)),
+            self.fault.eq(seq.fault), self.error.eq(Mux(seq.fault, loader.error, 0)),
             self.index.eq(seq.index), self.started.eq(seq.start),
             self.busy.eq(seq.busy), self.blocked.eq(seq.blocked), self.retired.eq(seq.retired),
             self.dma_busy.eq(seq.executing),
             self.wait_pop_next.eq(seq.wait_pop_next), self.wait_push_next.eq(seq.wait_push_next),
-            self.bytes_inp.eq(Mux(~is_wgt & seq.retired, inp.bytes_read, 0)),
-            self.bytes_wgt.eq(Mux(is_wgt & seq.retired, wgt.bytes_read, 0)),
+            self.bytes_inp.eq(Mux(~is_wgt & seq.retired, loader.bytes_read, 0)),
+            self.bytes_wgt.eq(Mux(is_wgt & seq.retired, loader.bytes_read, 0)),
         ]
         return m

@@ -1,6 +1,6 @@
-"""One LOAD of one memory type: a 2D DMA read into a zero-padded SRAM rectangle."""
+"""LOADs of a stream: 2D DMA reads into zero-padded SRAM rectangles."""
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import WritePort
 from amaranth.lib.wiring import In, Out
@@ -11,12 +11,21 @@ from tilewright.isa import ERROR_BITS, ErrorCode
 from .axi import AxiReadSignature
 from .dma import ElementPacker, RowReader
 from .sram import sram_shape
+from .transfer_check import MAX_EXTENT, TransferCheck
 
-__all__ = ["PaddedLoad"]
+__all__ = ["PaddedLoad", "one_of"]
+
+
+def one_of(selected, values):
+    """The value whose ``selected`` bit is set (one-hot select: an AND-OR, no priority chain)."""
+    result = 0
+    for bit, value in zip(selected, values):
+        result = result | Mux(bit, value, 0)
+    return result
 
 
 class PaddedLoad(wiring.Component):
-    """Executes LOAD instructions of one memory type.
+    """Executes the LOADs of one stream, whatever their memory type.
 
     Writes ``(y_pad0 + y_size + y_pad1) × (x_pad0 + x_size + x_pad1)``
     consecutive SRAM entries from ``sram_base``, one per cycle: zeros in the
@@ -25,20 +34,27 @@ class PaddedLoad(wiring.Component):
     with ``SRAM_RANGE`` before anything moves; a DRAM address beyond the bus
     or an error response ends with ``BUS_ERROR``.
 
+    A stream runs one instruction at a time, so its memory types share the
+    checks, the address arithmetic and the AXI reader; only the element
+    packers (one per element size) and the write ports (one per buffer) are
+    separate.
+
     Parameters
     ----------
     cfg : HwConfig
-    memory_type : MemType
-        What this unit loads: its DRAM element (``memory_type.dram_elem``)
-        and the SRAM it writes (``memory_type.buffer``) size everything else.
-    convert : callable or None
+    memory_types : sequence of MemType
+        What this unit loads. Each type's DRAM element
+        (``memory_type.dram_elem``) and SRAM buffer (``memory_type.buffer``)
+        size everything else.
+    converts : dict of MemType to callable
         Maps a DRAM element (``elem_bytes·8`` bits) to an entry (e.g. sign
-        extension for ACC8); plain bit copy if None.
+        extension for ACC8); plain bit copy for the types not named.
 
     Members
     -------
     start : In(1)
-        Begin the instruction presented on ``insn`` (one-cycle pulse).
+        Begin the instruction presented on ``insn`` (one-cycle pulse); ``insn``
+        stays stable until ``done``, and its memory type is one of ``memory_types``.
     insn : In(insn_layout)
     done : Out(1)
         One-cycle pulse when the instruction has finished.
@@ -46,93 +62,123 @@ class PaddedLoad(wiring.Component):
         Error code, valid with ``done`` (0 = none).
     bytes_read : Out(32)
         DRAM bytes the last instruction read, valid with ``done``.
-    write : In(WritePort.Signature)
-        The SRAM write port this unit drives.
+    write_<buffer> : In(WritePort.Signature)
+        One SRAM write port per buffer the memory types target.
     axi : Out(AxiReadSignature)
     """
 
-    def __init__(self, cfg, memory_type, *, addr_width, convert=None):
-        buffer = memory_type.buffer
+    def __init__(self, cfg, memory_types, *, addr_width, converts=None):
+        self.memory_types = tuple(memory_types)
+        self.converts = dict(converts or {})
         self.insn_layout = isa.instruction_layouts(cfg)[isa.Opcode.LOAD]
-        self.elem_bytes, self.depth = cfg.elem_bytes(memory_type.dram_elem), cfg.depth(buffer)
-        entry_shape, data_width = sram_shape(cfg, buffer), cfg.dram_bus_width
-        self.addr_width, self.data_width, self.convert = addr_width, data_width, convert
-        self.entry_shape = entry_shape
-        super().__init__({
+        self.elem_bytes = {mt: cfg.elem_bytes(mt.dram_elem) for mt in self.memory_types}
+        self.depth = {mt: cfg.depth(mt.buffer) for mt in self.memory_types}
+        self.buffers = sorted({mt.buffer for mt in self.memory_types})
+        self.index_bits = max(cfg.index_bits(b) for b in self.buffers)
+        self.addr_width, self.data_width = addr_width, cfg.dram_bus_width
+        members = {
             "start": In(1),
             "insn": In(self.insn_layout),
             "done": Out(1),
             "error": Out(ERROR_BITS),
             "bytes_read": Out(32),
-            "write": In(WritePort.Signature(addr_width=cfg.index_bits(buffer), shape=entry_shape)),
-            "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=data_width)),
-        })
+            "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=self.data_width)),
+        }
+        for b in self.buffers:
+            members[f"write_{b}"] = In(WritePort.Signature(addr_width=cfg.index_bits(b), shape=sram_shape(cfg, b)))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        E = self.elem_bytes
-        shift = E.bit_length() - 1
+        insn, types = self.insn, self.memory_types
         m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=self.data_width)
-        m.submodules.packer = packer = ElementPacker(elem_bytes=E, bus_bytes=self.data_width // 8)
-        wiring.connect(m, reader.beats, packer.beats)
+        m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base))
         wiring.connect(m, reader.axi, wiring.flipped(self.axi))
 
-        insn = Signal(self.insn_layout)
-        padded = 2 * ((1 << isa.PAD_BITS) - 1) + (1 << isa.SIZE_BITS)    # the most rows or columns a LOAD writes
-        rows = Signal(range(padded))
-        cols = Signal(range(padded))
-        extent = Signal(2 * len(rows))
-        m.d.comb += [rows.eq(isa.padded_rows(insn)), cols.eq(isa.padded_cols(insn)), extent.eq(rows * cols)]
-        dram_end = Signal(64)      # one past the last DRAM byte touched
-        m.d.comb += dram_end.eq(isa.dram_end(insn) << shift)
+        # The instruction's memory type, one-hot, and what it implies.
+        selected = Cat(insn.memory_type == mt for mt in types)
+        shifts = [self.elem_bytes[mt].bit_length() - 1 for mt in types]
+
+        def per_type(values):
+            return one_of(selected, values)
+
+        # One packer per element size; the reader's beats go to the one in use.
+        packers = {}
+        for E in sorted(set(self.elem_bytes.values())):
+            packers[E] = m.submodules[f"packer_{E}"] = ElementPacker(elem_bytes=E, bus_bytes=self.data_width // 8)
+            uses = Cat(selected[k] for k, mt in enumerate(types) if self.elem_bytes[mt] == E).any()
+            m.d.comb += [packers[E].beats.payload.eq(reader.beats.payload),
+                         packers[E].beats.valid.eq(reader.beats.valid & uses)]
+            with m.If(uses):
+                m.d.comb += reader.beats.ready.eq(packers[E].beats.ready)
+        element_valid = per_type([packers[self.elem_bytes[mt]].elements.valid for mt in types])
+
+        rows = Signal(range(MAX_EXTENT))
+        cols = Signal(range(MAX_EXTENT))
+        m.d.comb += [rows.eq(isa.padded_rows(insn)), cols.eq(isa.padded_cols(insn))]
+        m.d.comb += [
+            check.sram_base.eq(insn.sram_base), check.rows.eq(rows), check.cols.eq(cols),
+            check.depth.eq(per_type([self.depth[mt] for mt in types])),
+            check.dram_base.eq(insn.dram_base), check.x_size.eq(insn.x_size), check.y_size.eq(insn.y_size),
+            check.x_stride.eq(insn.x_stride),
+            check.dram_limit.eq(per_type([(1 << self.addr_width) >> s for s in shifts])),
+        ]
 
         r = Signal.like(rows)
         c = Signal.like(cols)
-        addr = Signal(len(self.write.addr) + 1)
+        addr = Signal(self.index_bits + 1)
         in_data = ((r >= insn.y_pad0) & (r < insn.y_pad0 + insn.y_size)
                    & (c >= insn.x_pad0) & (c < insn.x_pad0 + insn.x_size))
-        element = packer.elements.payload if self.convert is None else self.convert(packer.elements.payload)
         last_entry = (r == rows - 1) & (c == cols - 1)
         write_now = Signal()
+        elements = Signal(2 * isa.SIZE_BITS)       # DRAM elements written so far
+        for E, packer in packers.items():
+            m.d.comb += packer.elements.ready.eq(write_now & in_data)
+        for b in self.buffers:
+            port = getattr(self, f"write_{b}")
+            entries = []
+            for k, mt in enumerate(types):
+                element = packers[self.elem_bytes[mt]].elements.payload
+                convert = self.converts.get(mt)
+                entries.append(element if convert is None else convert(element))
+            targets = Cat(selected[k] for k, mt in enumerate(types) if mt.buffer == b)
+            m.d.comb += [port.addr.eq(addr), port.en.eq(write_now & targets.any()),
+                         port.data.eq(Mux(in_data, per_type([e if mt.buffer == b else 0
+                                                             for e, mt in zip(entries, types)]), 0))]
 
         m.d.comb += [
-            self.write.addr.eq(addr),
-            self.write.data.eq(Mux(in_data, element, 0)),
-            self.write.en.eq(write_now),
-            reader.cmd.payload.addr.eq(insn.dram_base << shift),
-            reader.cmd.payload.row_bytes.eq(insn.x_size << shift),
-            reader.cmd.payload.stride.eq(insn.x_stride << shift),
+            reader.cmd.payload.addr.eq(per_type([insn.dram_base << s for s in shifts])),
+            reader.cmd.payload.row_bytes.eq(per_type([insn.x_size << s for s in shifts])),
+            reader.cmd.payload.stride.eq(per_type([insn.x_stride << s for s in shifts])),
             reader.cmd.payload.rows.eq(insn.y_size),
-            self.bytes_read.eq((insn.x_size * insn.y_size) << shift),
+            self.bytes_read.eq(per_type([elements << s for s in shifts])),
         ]
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [insn.eq(self.insn), r.eq(0), c.eq(0)]
+                    m.d.sync += [r.eq(0), c.eq(0), addr.eq(insn.sram_base), elements.eq(0)]
+                    m.d.comb += check.start.eq(1)
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.sync += addr.eq(insn.sram_base)
                 with m.If((insn.x_size == 0) | (insn.y_size == 0)):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
-                with m.Elif(insn.sram_base + extent > self.depth):
-                    m.d.comb += [self.done.eq(1), self.error.eq(ErrorCode.SRAM_RANGE)]
+                with m.Elif(check.done & (check.error != 0)):
+                    m.d.comb += [self.done.eq(1), self.error.eq(check.error)]
                     m.next = "IDLE"
-                with m.Elif(dram_end > (1 << self.addr_width)):
-                    m.d.comb += [self.done.eq(1), self.error.eq(ErrorCode.BUS_ERROR)]
-                    m.next = "IDLE"
-                with m.Else():
+                with m.Elif(check.done):
                     m.d.comb += reader.cmd.valid.eq(1)
                     m.next = "WRITE"
             with m.State("WRITE"):
-                m.d.comb += [write_now.eq(~in_data | packer.elements.valid),
-                             packer.elements.ready.eq(in_data)]
+                m.d.comb += write_now.eq(~in_data | element_valid)
                 with m.If(write_now):
                     m.d.sync += addr.eq(addr + 1)
                     with m.If(c == cols - 1):
                         m.d.sync += [c.eq(0), r.eq(r + 1)]
                     with m.Else():
                         m.d.sync += c.eq(c + 1)
+                    with m.If(in_data):
+                        m.d.sync += elements.eq(elements + 1)
                     with m.If(last_entry):
                         m.next = "DRAIN"
             with m.State("DRAIN"):

@@ -12,6 +12,7 @@ from .axi import AxiWriteSignature
 from .dma import RowWriter
 from .sequencer import CommandLayout, Sequencer, TokenPort
 from .sram import sram_shape
+from .transfer_check import TransferCheck
 
 __all__ = ["StoreUnit"]
 
@@ -66,10 +67,14 @@ class StoreUnit(wiring.Component):
         wiring.connect(m, writer.axi, wiring.flipped(self.axi))
 
         insn = Signal(layouts[Opcode.STORE])
-        count = Signal(32)
-        m.d.comb += count.eq(insn.y_size * insn.x_size)
-        dram_end = Signal(64)
-        m.d.comb += dram_end.eq(isa.dram_end(insn) << shift)
+        m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base))
+        m.d.comb += [
+            check.sram_base.eq(insn.sram_base), check.rows.eq(insn.y_size), check.cols.eq(insn.x_size),
+            check.depth.eq(c.acc_depth),          # OUT and ACC share one index space
+            check.dram_base.eq(insn.dram_base), check.x_size.eq(insn.x_size), check.y_size.eq(insn.y_size),
+            check.x_stride.eq(insn.x_stride), check.dram_limit.eq((1 << self.addr_width) >> shift),
+        ]
+        count = check.extent                      # y_size·x_size elements, once checked
         m.d.comb += [
             writer.cmd.payload.addr.eq(insn.dram_base << shift),
             writer.cmd.payload.row_bytes.eq(insn.x_size << shift),
@@ -125,7 +130,7 @@ class StoreUnit(wiring.Component):
                     m.d.sync += insn.eq(seq.insn.as_value())
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.sync += [addr.eq(insn.sram_base), left.eq(count)]
+                m.d.sync += addr.eq(insn.sram_base)
                 with m.If(insn.set_bias & (insn.sram_base >= c.acc_depth)):
                     m.d.comb += [done.eq(1), error.eq(ErrorCode.SRAM_RANGE)]
                     m.next = "IDLE"
@@ -134,13 +139,15 @@ class StoreUnit(wiring.Component):
                 with m.Elif((insn.x_size == 0) | (insn.y_size == 0)):
                     m.d.comb += done.eq(1)
                     m.next = "IDLE"
-                with m.Elif(insn.sram_base + count > c.acc_depth):     # OUT and ACC share one index space
-                    m.d.comb += [done.eq(1), error.eq(ErrorCode.SRAM_RANGE)]
-                    m.next = "IDLE"
-                with m.Elif(dram_end > (1 << self.addr_width)):
-                    m.d.comb += [done.eq(1), error.eq(ErrorCode.BUS_ERROR)]
-                    m.next = "IDLE"
                 with m.Else():
+                    m.d.comb += check.start.eq(1)
+                    m.next = "RANGES"
+            with m.State("RANGES"):
+                m.d.sync += left.eq(count)
+                with m.If(check.done & (check.error != 0)):
+                    m.d.comb += [done.eq(1), error.eq(check.error)]
+                    m.next = "IDLE"
+                with m.Elif(check.done):
                     m.d.comb += writer.cmd.valid.eq(1)
                     m.next = "STREAM"
             with m.State("BIAS_READ"):       # addr = sram_base: the entry arrives next cycle
@@ -163,6 +170,7 @@ class StoreUnit(wiring.Component):
             self.busy.eq(seq.busy), self.blocked.eq(seq.blocked), self.retired.eq(seq.retired),
             self.dma_busy.eq(seq.executing),
             self.wait_pop_prev.eq(seq.wait_pop_prev), self.wait_push_prev.eq(seq.wait_push_prev),
-            self.bytes_out.eq(Mux(seq.retired & ~insn.set_bias, count << shift, 0)),
+            self.bytes_out.eq(Mux(seq.retired & ~insn.set_bias & (insn.x_size != 0) & (insn.y_size != 0),
+                                  count << shift, 0)),
         ]
         return m

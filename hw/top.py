@@ -38,7 +38,7 @@ __all__ = ["Accelerator", "Datapath", "TraceSignature", "READ_CLIENTS", "AXI_ID_
 DEADLOCK_CYCLES = 8
 
 #: The units that read DRAM, in ARID order (client ``k`` of the read arbiter gets ID ``k``).
-READ_CLIENTS = ("fetch", "inp", "wgt", "uop", "acc", "acc8")
+READ_CLIENTS = ("fetch", "load", "compute")
 
 #: ARID/AWID width of the DRAM port.
 AXI_ID_WIDTH = ReadArbiter.id_bits(len(READ_CLIENTS))
@@ -144,11 +144,10 @@ class Datapath(wiring.Component):
         wiring.connect(m, store.out_read, out_mem.read_port())
         wiring.connect(m, store.acc_read, compute.acc_for_store)
 
-        # -- AXI: six readers share AR/R, the store stream owns AW/W/B ------------------
+        # -- AXI: three readers share AR/R, the store stream owns AW/W/B ----------------
         m.submodules.arbiter = arbiter = ReadArbiter(count=len(READ_CLIENTS), addr_width=aw,
                                                      data_width=c.dram_bus_width)
-        readers = {"fetch": fetch.axi, "inp": load.axi_inp, "wgt": load.axi_wgt, "uop": compute.axi_uop,
-                   "acc": compute.axi_acc, "acc8": compute.axi_acc8}
+        readers = {"fetch": fetch.axi, "load": load.axi, "compute": compute.axi}
         for k, name in enumerate(READ_CLIENTS):
             wiring.connect(m, readers[name], arbiter.clients()[k])
         forward(m, arbiter.bus, self.axi)
