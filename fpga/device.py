@@ -8,7 +8,7 @@ accelerator's own counters, read over the link.
 
 import numpy as np
 
-from tilewright.hw.regs import CONTROL_START, COUNTERS, REGISTERS, Status
+from tilewright.hw.regs import CONTROL_START, REGISTERS, Status, built_counters
 from tilewright.isa import ErrorCode
 from tilewright.runtime.device import Device, DeviceError, counter_stats
 from tilewright.sim import Dram
@@ -76,7 +76,8 @@ class FpgaDevice(Device):
         if status.error:
             index = link.read_register(_OFFSET["error_index"])
             raise DeviceError(f"the board stopped with {ErrorCode(status.error).name} at instruction {index}")
-        return counter_stats({name: link.read_register(_OFFSET[name]) for name, _ in COUNTERS})
+        return counter_stats({name: link.read_register(_OFFSET[name]) for name in built_counters(self.cfg)},
+                             self.cfg)
 
     def close(self):
         self.link.close()

@@ -14,7 +14,7 @@ from tilewright.isa import ERROR_BITS, ErrorCode
 
 from .axi import RESP_OKAY, AxiLiteSignature
 
-__all__ = ["Register", "REGISTERS", "COUNTERS", "RegisterFile", "ADDR_WIDTH", "register_table",
+__all__ = ["Register", "REGISTERS", "COUNTERS", "built_counters", "RegisterFile", "ADDR_WIDTH", "register_table",
            "STATUS_FIELDS", "STATUS_LAYOUT", "Status", "CONTROL_START"]
 
 ADDR_WIDTH = 8
@@ -99,6 +99,14 @@ COUNTERS = [
     ("insns_compute", "instructions retired by the compute stream"),
     ("insns_store", "instructions retired by the store stream"),
 ]
+
+
+
+def built_counters(cfg):
+    """Names of the counters ``cfg`` builds: all of :data:`COUNTERS`, or ``cycles`` alone without
+    ``perf_counters`` (the others then read 0)."""
+    return [name for name, _ in COUNTERS if cfg.perf_counters or name == "cycles"]
+
 
 REGISTERS = _CONTROL + [Register(name, 0x20 + 4 * k, "r", doc) for k, (name, doc) in enumerate(COUNTERS)]
 

@@ -26,7 +26,7 @@ from .axi import AxiLiteSignature, AxiSignature, forward
 from .compute import ComputeUnit
 from .fetch import Fetch
 from .load import LoadUnit
-from .regs import ADDR_WIDTH, COUNTERS, STATUS_LAYOUT, RegisterFile
+from .regs import ADDR_WIDTH, COUNTERS, STATUS_LAYOUT, RegisterFile, built_counters
 from .sequencer import CommandLayout
 from .sram import sram_shape
 from .store import StoreUnit
@@ -282,8 +282,8 @@ class Accelerator(wiring.Component):
             regs.fingerprint.eq(int(self.cfg.fingerprint[:8], 16)),
             self.irq.eq(done), self.busy.eq(busy),
         ]
-        # -- counters of the last run ----------------------------------------------
-        for name, _ in COUNTERS:
+        # -- counters of the last run (the registers of counters not built read 0) --------
+        for name in built_counters(self.cfg):
             counter = Signal(32, name=f"count_{name}")
             with m.If(start):
                 m.d.sync += counter.eq(0)

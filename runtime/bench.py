@@ -20,7 +20,7 @@ from tilewright.compiler import build
 from tilewright.compiler.ops import Conv2dSpec, conv2d, conv_tiles
 from tilewright.config import load_config
 
-from .device import get_device
+from .device import DeviceError, get_device
 from .layout import pack_bias, pack_nchw, pack_oihw, unpack_nchw
 from .reference import conv2d_reference
 
@@ -74,6 +74,9 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     cfg = load_config(config)
+    if backend != "fsim" and not cfg.perf_counters:
+        raise DeviceError(f"config {cfg.name} has no performance counters (perf_counters = false): the benchmark "
+                          f"needs their DRAM byte counts")
     device = get_device(backend, cfg)
     check = get_device("fsim", cfg) if backend != "fsim" else None
     macs_per_cycle = cfg.macs_per_cycle

@@ -108,18 +108,25 @@ class RtlDevice(Device):
         if run.error:
             from tilewright.isa import ErrorCode
             raise DeviceError(f"the RTL stopped with {ErrorCode(run.error).name} at instruction {run.error_index}")
-        return counter_stats(run.counters)
+        return counter_stats(run.counters, self.cfg)
 
 
-def counter_stats(counters):
-    """A run's stats from the hardware counters (:data:`tilewright.hw.regs.COUNTERS` by name)."""
-    c = counters
+def counter_stats(counters, cfg):
+    """A run's stats from the hardware counters (:data:`tilewright.hw.regs.COUNTERS` by name).
+
+    Only the counters ``cfg`` builds count (:func:`~tilewright.hw.regs.built_counters`): without
+    ``perf_counters`` the stats hold ``cycles`` alone.
+    """
+    from tilewright.hw.regs import built_counters
+    c = {name: counters[name] for name in built_counters(cfg)}
+    if not cfg.perf_counters:
+        return {"cycles": c["cycles"], "counters": c}
     return {
         "cycles": c["cycles"], "gemm_uops": c["gemm_uops"], "alu_uops": c["alu_uops"],
         "dram_bytes_read": sum(v for k, v in c.items() if k.startswith("read_")),
         "dram_bytes_written": c["write_out"],
         "instructions": c["insns_load"] + c["insns_compute"] + c["insns_store"],
-        "counters": dict(c),
+        "counters": c,
     }
 
 

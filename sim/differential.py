@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tilewright.hw.regs import built_counters
 from tilewright.isa import ErrorCode
 
 from .fsim import FunctionalSimulator, SimError
@@ -39,6 +40,7 @@ class Outcome:
 def fsim_outcomes(cfg, programs, *, dram_bytes):
     """Run ``programs`` one after another on one fsim (SRAMs persist, as on the RTL)."""
     sim = FunctionalSimulator(cfg, dram_bytes=dram_bytes)
+    built = set(built_counters(cfg))
     outcomes = []
     for p in programs:
         sim.dram.data[:] = np.frombuffer(p.dram.ljust(dram_bytes, b"\0"), dtype=np.uint8)
@@ -46,8 +48,9 @@ def fsim_outcomes(cfg, programs, *, dram_bytes):
             stats = sim.run_dram(p.insn_addr, p.insn_count)
             error, counters = ErrorCode.NONE, {}
             for (field, key), name in SHARED_COUNTERS.items():
-                value = getattr(stats, field)
-                counters[name] = value[key] if key else value
+                if name in built:
+                    value = getattr(stats, field)
+                    counters[name] = value[key] if key else value
         except SimError as e:
             error, counters = e.code, None
         outcomes.append(Outcome(sim.dram.data.tobytes(), int(error), counters))

@@ -31,6 +31,16 @@ def test_fingerprint_ignores_name_and_tracks_parameters():
     assert c.replace(name="other").fingerprint == c.fingerprint
     assert c.replace(name="other") == c
     assert c.replace(token_queue_depth=32).fingerprint != c.fingerprint
+    assert c.replace(perf_counters=False).fingerprint != c.fingerprint
+
+
+def test_options_at_their_default_leave_the_fingerprint_as_before_they_existed():
+    """perf_counters came later: a config that does not change it hashes the parameters without it."""
+    import hashlib
+    import json
+    c = PRESETS["small"]
+    params = {k: v for k, v in c.params().items() if k != "perf_counters"}
+    assert c.fingerprint == hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -40,6 +50,7 @@ def test_fingerprint_ignores_name_and_tracks_parameters():
     ({"dram_bus_width": 96}, r"^dram_bus_width=96 is not an AXI data width"),
     ({"wgt_buffer_bytes": 128}, r"^wgt_buffer_bytes=128 is smaller than one wgt block \(256 bytes\)$"),
     ({"batch": "1"}, r"^batch must be an integer, not '1'$"),
+    ({"perf_counters": 0}, r"^perf_counters must be true or false, not 0$"),
     ({"uop_buffer_bytes": 1 << 20}, r"^the (GEMM|STORE) instruction needs 1\d\d bits, more than 128"),
 ])
 def test_validation_names_field_and_value(changes, message):

@@ -45,6 +45,12 @@ _DATA_WIDTHS = {"inp_width": (8, 16), "wgt_width": (8, 16), "out_width": (8, 16)
 _BUS_WIDTHS = (32, 64, 128, 256, 512)
 
 
+def _option(default):
+    """A parameter added after the fingerprint scheme: it enters the fingerprint only when not ``default``,
+    so the configs that existed before it keep their fingerprints (and their compiled programs)."""
+    return dataclasses.field(default=default, metadata={"option": True})
+
+
 @dataclass(frozen=True)
 class HwConfig:
     """Every parameter of one accelerator instance.
@@ -67,6 +73,10 @@ class HwConfig:
         of the next instruction is full.
     dram_bus_width : int
         AXI data width in bits.
+    perf_counters : bool
+        Build the performance counters (:data:`tilewright.hw.regs.COUNTERS`).
+        Without them only ``cycles`` counts, the other counter registers read
+        0, and run stats hold the cycle count alone; programs run the same.
     name : str
         Label only; not part of equality or the fingerprint.
     """
@@ -85,6 +95,7 @@ class HwConfig:
     token_queue_depth: int = 256
     cmd_queue_depth: int = 512
     dram_bus_width: int = 128
+    perf_counters: bool = _option(True)
     name: str = dataclasses.field(default="custom", compare=False)
 
     def __post_init__(self):
@@ -93,6 +104,9 @@ class HwConfig:
             if f.name == "name":
                 if not isinstance(value, str):
                     raise ConfigError(f"name must be a string, not {value!r}")
+            elif isinstance(f.default, bool):
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{f.name} must be true or false, not {value!r}")
             elif not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"{f.name} must be an integer, not {value!r}")
         for key in ("batch", "block_in", "block_out", "uop_buffer_bytes", "inp_buffer_bytes",
@@ -197,7 +211,9 @@ class HwConfig:
     @property
     def fingerprint(self):
         """Short hash of the parameters; programs built for one config carry it."""
-        blob = json.dumps(self.params(), sort_keys=True).encode()
+        params = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"
+                  and not (f.metadata.get("option") and getattr(self, f.name) == f.default)}
+        blob = json.dumps(params, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     @property

@@ -29,6 +29,17 @@ def test_conv2d_on_the_rtl_equals_fsim_and_counts_cycles(config):
     assert stats["cycles"] >= stats["gemm_uops"]
 
 
+def test_without_perf_counters_the_stats_hold_the_cycles_alone():
+    from tilewright import PRESETS
+    cfg = PRESETS["tiny"].replace(name="tiny_lean", perf_counters=False)
+    rng = np.random.default_rng(2)
+    x = rng.integers(-128, 128, (2, 24), dtype=np.int8)
+    w = rng.integers(-128, 128, (5, 24), dtype=np.int8)
+    out, stats = tilewright.dense(x, w, mul=3, shift=4, config=cfg, backend="rtl")
+    np.testing.assert_array_equal(out, dense_reference(x, w, mul=3, shift=4))
+    assert set(stats) == {"cycles", "counters"} and set(stats["counters"]) == {"cycles"} and stats["cycles"] > 0
+
+
 def test_dense_on_the_rtl():
     rng = np.random.default_rng(1)
     x = rng.integers(-128, 128, (3, 40), dtype=np.int8)
