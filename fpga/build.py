@@ -24,7 +24,8 @@ from tilewright.config import load_config
 from .boards import get_board
 from .soc import BoardTop
 
-__all__ = ["BuildError", "build_bitstream", "summary", "worst_fmax", "tool", "REPORT_NAME"]
+__all__ = ["BuildError", "build_bitstream", "summary", "worst_fmax", "tool", "utilization_from_stat", "SYNTH",
+           "REPORT_NAME"]
 
 REPORT_NAME = "report.json"
 
@@ -96,9 +97,10 @@ def _version(command):
     return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else "unknown"
 
 
-def _utilization_from_stat(stat, family):
+def utilization_from_stat(stat, family, *, top="top"):
+    """Cells of Yosys ``stat -json`` output by resource kind (:data:`CELLS`) for ``family``."""
     cells = {}
-    for name, count in stat["modules"]["\\top"]["num_cells_by_type"].items():
+    for name, count in stat["modules"]["\\" + top]["num_cells_by_type"].items():
         name = name.lstrip("\\").split("\\")[-1]       # parametrised cells: "$paramod$...\\SB_RAM40_4K"
         cells[name] = cells.get(name, 0) + count
     used = {}
@@ -131,8 +133,12 @@ def _pack_args(board, platform):
             "pnr.json"], "top.fs"
 
 
+#: The Yosys synthesis command per family.
+SYNTH = {"ecp5": "synth_ecp5", "ice40": "synth_ice40 -dsp -spram", "gowin": "synth_gowin"}
+
+
 def _synth_script(board, cfg):
-    synth = {"ecp5": "synth_ecp5", "ice40": "synth_ice40 -dsp -spram", "gowin": "synth_gowin"}[board.family]
+    synth = SYNTH[board.family]
     script = "read_rtlil top.il; "
     if board.mem_ram_style == "huge":
         # SPRAM cannot be initialised: drop the on-chip memory's all-zero contents (its words only).
@@ -172,7 +178,7 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     report["seconds"]["synthesis"] = _run([tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board, cfg)],
                                           cwd=out, log="synth.stdout", tail="synth.log", what="Yosys",
                                           progress=progress)
-    used = _utilization_from_stat(json.loads((out / "stat.json").read_text()), board.family)
+    used = utilization_from_stat(json.loads((out / "stat.json").read_text()), board.family)
     report["synthesis"] = {kind: {"used": used.get(kind, 0), "available": board.resources.get(kind)}
                            for kind in used}
     over = [(k, v["used"], v["available"]) for k, v in report["synthesis"].items()
