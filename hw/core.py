@@ -32,7 +32,7 @@ from tilewright.isa import AluOp, ErrorCode
 
 from .sram import sram_shape
 
-__all__ = ["LoopGenerator", "ComputeCore", "adder_tree"]
+__all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply"]
 
 OFFSET_BITS = 32
 
@@ -119,6 +119,22 @@ def adder_tree(m, values, *, domain="sync", name="tree"):
         values = nxt
         level += 1
     return values[0], level
+
+
+def soft_multiply(a, b):
+    """``a · b`` of two signed values as a sum of shifted partial products.
+
+    Logic only: Yosys maps ``*`` to DSP blocks whenever the device has them
+    (with no cap on how many), so the products a config wants in LUTs are
+    written out. Two's complement: bit ``i`` of ``b`` weighs ``2**i``, its
+    sign bit ``-2**(len(b)-1)``.
+    """
+    width = len(a) + len(b)
+    terms = [Mux(b[i], a, 0) << i for i in range(len(b) - 1)]
+    terms.append(-(Mux(b[-1], a, 0) << (len(b) - 1)))
+    while len(terms) > 1:       # a balanced tree: log2(len(b)) adders deep
+        terms = [terms[k] + terms[k + 1] if k + 1 < len(terms) else terms[k] for k in range(0, len(terms), 2)]
+    return terms[0][:width].as_signed()
 
 
 def _pipe(m, value, name):
@@ -244,7 +260,10 @@ class ComputeCore(wiring.Component):
                 products = []
                 for k in range(BI):
                     p = Signal(signed(c.inp_width + c.wgt_width), name=f"p_{b}_{o}_{k}")
-                    m.d.sync += p.eq(self.inp_read.data[b * BI + k] * self.wgt_read.data[o * BI + k])
+                    x, w = self.inp_read.data[b * BI + k], self.wgt_read.data[o * BI + k]
+                    # the last soft_products products are built from logic
+                    soft = (b * BO + o) * BI + k >= c.macs_per_cycle - c.soft_products
+                    m.d.sync += p.eq(soft_multiply(x, w) if soft else x * w)
                     products.append(p)
                 total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
                 sums.append(total)

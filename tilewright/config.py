@@ -73,6 +73,10 @@ class HwConfig:
         of the next instruction is full.
     dram_bus_width : int
         AXI data width in bits.
+    soft_products : int
+        How many of the GEMM's ``batch·block_out·block_in`` products are built
+        from logic (shift-and-add) instead of DSP blocks, for FPGAs whose DSPs
+        run out. The results are the same.
     perf_counters : bool
         Build the performance counters (:data:`tilewright.hw.regs.COUNTERS`).
         Without them only ``cycles`` counts, the other counter registers read
@@ -95,6 +99,7 @@ class HwConfig:
     token_queue_depth: int = 256
     cmd_queue_depth: int = 512
     dram_bus_width: int = 128
+    soft_products: int = _option(0)
     perf_counters: bool = _option(True)
     name: str = dataclasses.field(default="custom", compare=False)
 
@@ -118,6 +123,9 @@ class HwConfig:
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}={getattr(self, key)} is not supported; "
                                   f"choose one of {', '.join(map(str, allowed))}")
+        if not 0 <= self.soft_products <= self.macs_per_cycle:
+            raise ConfigError(f"soft_products={self.soft_products} must be between 0 and the GEMM's "
+                              f"{self.macs_per_cycle} products")
         if self.dram_bus_width not in _BUS_WIDTHS:
             raise ConfigError(f"dram_bus_width={self.dram_bus_width} is not an AXI data width; "
                               f"choose one of {', '.join(map(str, _BUS_WIDTHS))}")

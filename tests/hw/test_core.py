@@ -13,15 +13,20 @@ random: rows the instruction writes must equal fsim's, every other row must
 keep its random initial value (no stray writes).
 """
 
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
-from amaranth import Elaboratable, Module
+from amaranth import Elaboratable, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
 from tilewright import PRESETS, isa
-from tilewright.hw.core import ComputeCore
+from tilewright.hw.core import ComputeCore, soft_multiply
 from tilewright.hw.sram import sram_shape
 from tilewright.isa import Alu, AluOp, ErrorCode, Finish, Gemm, Load, MemType
 from tilewright.sim import FunctionalSimulator
@@ -31,6 +36,9 @@ TINY = PRESETS["tiny"]
 #: Variants of tiny that move the lane widths and counts the core is generated for.
 ACC16 = TINY.replace(name="tiny_acc16", acc_width=16)
 BATCH2 = TINY.replace(name="tiny_b2", batch=2, block_out=8)
+# 9 of 16 products in logic (the split runs through a lane), and 16-bit data all in logic
+SOFT = TINY.replace(name="tiny_soft", soft_products=9)
+SOFT16 = TINY.replace(name="tiny_soft16", inp_width=16, wgt_width=16, out_width=16, soft_products=16)
 
 MEMS = ("uop", "inp", "wgt", "acc", "out")
 DRAM_BYTES = 1 << 16
@@ -264,6 +272,51 @@ def random_loop(rng, cls, cfg=TINY, *, n_uops, iter_out, iter_in, uop_bgn=None, 
 
 # -- GEMM --------------------------------------------------------------------------
 
+@pytest.mark.parametrize("wa, wb", [(8, 8), (16, 8), (8, 16), (16, 16)])
+def test_soft_multiply_is_the_product(wa, wb):
+    """Every 8×8 pair, and the extremes plus random pairs of the wider shapes."""
+    a, b = Signal(signed(wa)), Signal(signed(wb))
+    p = Signal(signed(wa + wb))
+    m = Module()
+    m.d.comb += p.eq(soft_multiply(a, b))
+    rng = np.random.default_rng(wa * 100 + wb)
+
+    def values(w):
+        lo, hi = -(1 << (w - 1)), (1 << (w - 1)) - 1
+        return range(lo, hi + 1) if w == 8 else [lo, lo + 1, -1, 0, 1, hi - 1, hi, *rng.integers(lo, hi + 1, 60)]
+
+    pairs = [(int(x), int(y)) for x in values(wa) for y in values(wb)]
+    wrong = []
+
+    async def bench(ctx):
+        for x, y in pairs:
+            ctx.set(a, x)
+            ctx.set(b, y)
+            if ctx.get(p) != x * y:
+                wrong.append((x, y, ctx.get(p)))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not wrong, wrong[:5]
+
+
+def test_soft_products_leave_the_dsp_blocks():
+    """Yosys maps every ``*`` to a DSP block; the products a config puts in logic must not use one."""
+    from amaranth.back import rtlil
+
+    from tilewright.fpga.build import SYNTH, tool, utilization_from_stat
+
+    def dsps(cfg, workdir):
+        (workdir / "core.il").write_text(rtlil.convert(ComputeCore(cfg), name="top"))
+        subprocess.run([tool("yosys"), "-q", "-p", f"read_rtlil core.il; {SYNTH['ice40']} -top top; "
+                        "tee -q -o stat.json stat -json"], cwd=workdir, check=True, capture_output=True)
+        return utilization_from_stat(json.loads((workdir / "stat.json").read_text()), "ice40")["DSP"]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        assert dsps(TINY, Path(tmp)) - dsps(SOFT, Path(tmp)) == SOFT.soft_products
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_gemm_two_loop_levels(seed):
     """GEMM with both loop levels and non-zero factors for dst, src and wgt matches fsim."""
@@ -273,9 +326,10 @@ def test_gemm_two_loop_levels(seed):
     check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, SOFT, SOFT16], ids=lambda c: c.name)
 def test_gemm_other_lane_layouts(cfg):
-    """GEMM on a 16-bit accumulator and on batch 2 (lane order b·block_out + o) matches fsim."""
+    """GEMM on a 16-bit accumulator, on batch 2 (lane order b·block_out + o) and with products built from
+    logic matches fsim."""
     rng = np.random.default_rng(7)
     insn, uops = random_loop(rng, Gemm, cfg, n_uops=5, iter_out=3, iter_in=2)
     check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
