@@ -12,6 +12,7 @@ preset     GEMM      use
 =========  ========  ==============================================
 tiny       1×4×4     fast unit tests, iCE40-class parts
 small      1×8×8     CI RTL regressions, ECP5-25/45
+medium     1×16×16   ECP5-85F: its block RAM, and logic for the products its DSPs cannot hold
 default    1×16×16   benchmarks; VTA's default buffer sizes
 =========  ========  ==============================================
 """
@@ -253,6 +254,14 @@ PRESETS = {
         name="small", batch=1, block_in=8, block_out=8,
         uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
         acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64),
+    # DP16KD are at most 36 bits wide: a 2048-bit weight entry takes 57 of them at any depth up to 512.
+    # The 85F's 156 MULT18X18D hold the ALU (16 lanes x 3), requantize (16 x 2) and range-check products
+    # and 66 of the 256 GEMM products.
+    "medium": HwConfig(
+        name="medium", batch=1, block_in=16, block_out=16,
+        uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=128 * 1024,
+        acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64,
+        soft_products=190),
     "default": HwConfig(name="default"),
 }
 

@@ -16,7 +16,7 @@ from tilewright.sim.rtl import Job, run_programs
 from ..words import ILLEGAL_OPCODES, opcode_only
 
 DRAM_BYTES = 1 << 16
-RANDOM_PROGRAMS = {"tiny": 120, "small": 100}
+RANDOM_PROGRAMS = {"tiny": 120, "small": 100, "medium": 30}
 
 
 @pytest.mark.parametrize("config", list(RANDOM_PROGRAMS))
@@ -25,9 +25,9 @@ def test_random_programs_match_fsim(config):
     programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(RANDOM_PROGRAMS[config])]
     results = run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
     assert all(r.done and r.error == 0 for r in results)
-    # The programs really exercise the machine.
-    assert sum(r.counters["gemm_uops"] for r in results) > 1000
-    assert sum(r.counters["alu_uops"] for r in results) > 1000
+    # The programs really exercise the machine: several micro-ops of each kind per program on average.
+    assert sum(r.counters["gemm_uops"] for r in results) > 8 * len(programs)
+    assert sum(r.counters["alu_uops"] for r in results) > 8 * len(programs)
     assert {p.threads for p in programs} == {1, 2, 3}
 
 
