@@ -161,7 +161,7 @@ BOARDS = {b.name: b for b in [
           config="small", freq_mhz=25, mem_bytes=128 * 1024, baud=protocol.DEFAULT_BAUD,
           resources={"LUT": 83640, "FF": 83640, "DSP": 156, "BRAM": 208}),
     Board("ulx3s-45f", "ULX3S (LFE5U-45F, CABGA381, speed 6)", "ecp5", "amaranth_boards.ulx3s:ULX3S_45F_Platform",
-          config="small", freq_mhz=25, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,
+          config="compact", freq_mhz=25, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,
           resources={"LUT": 43848, "FF": 43848, "DSP": 72, "BRAM": 108}),
     Board("icebreaker", "iCEBreaker (iCE40UP5K, SG48)", "ice40", "amaranth_boards.icebreaker:ICEBreakerPlatform",
           config="tiny", freq_mhz=24, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,

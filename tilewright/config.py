@@ -11,7 +11,8 @@ Presets (ARCHITECTURE.md §2):
 preset     GEMM      use
 =========  ========  ==============================================
 tiny       1×4×4     fast unit tests, iCE40-class parts
-small      1×8×8     CI RTL regressions, ECP5-25/45
+small      1×8×8     CI RTL regressions, ECP5-85F
+compact    1×8×8     ECP5-45F: half small's accumulators, 40 products in logic
 medium     1×16×16   ECP5-85F: its block RAM, and logic for the products its DSPs cannot hold
 default    1×16×16   benchmarks; VTA's default buffer sizes
 =========  ========  ==============================================
@@ -254,6 +255,13 @@ PRESETS = {
         name="small", batch=1, block_in=8, block_out=8,
         uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
         acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64),
+    # The 45F has 72 MULT18X18D (ALU 8 lanes x 3, requantize 8 x 2, range checks 3: 24 GEMM products fit)
+    # and 108 DP16KD (each accumulator read port is 8 of them per 512 entries).
+    "compact": HwConfig(
+        name="compact", batch=1, block_in=8, block_out=8,
+        uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
+        acc_buffer_bytes=16 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64,
+        soft_products=40),
     # DP16KD are at most 36 bits wide: a 2048-bit weight entry takes 57 of them at any depth up to 512.
     # The 85F's 156 MULT18X18D hold the ALU (16 lanes x 3), requantize (16 x 2) and range-check products
     # and 66 of the 256 GEMM products.

@@ -16,7 +16,7 @@ from tilewright.sim.rtl import Job, run_programs
 from ..words import ILLEGAL_OPCODES, opcode_only
 
 DRAM_BYTES = 1 << 16
-RANDOM_PROGRAMS = {"tiny": 120, "small": 100, "medium": 30}
+RANDOM_PROGRAMS = {"tiny": 120, "small": 100, "compact": 30, "medium": 30}
 
 
 @pytest.mark.parametrize("config", list(RANDOM_PROGRAMS))
