@@ -8,8 +8,15 @@ are counted by kind: LUT, FF, carry, DSP, block RAM. The units do not add
 up to the whole exactly: Yosys optimises across a unit's edge only in the
 whole.
 
-Usage: ``python benchmarks/fpga_area.py [--family ice40] [--config tiny]``; writes
-benchmarks/results/fpga_area_<family>_<config>.json. A run takes a few minutes.
+With ``--timing MHZ`` (ECP5) each unit is also placed and routed out of
+context (no IO buffers, the whole 85F to itself) by nextpnr at MHZ, and its
+Fmax and critical path (the cells it runs through, logic vs routing delay)
+are reported: the per-component timing check that a full board build takes
+too long for.
+
+Usage: ``python benchmarks/fpga_area.py [--family ice40] [--config tiny] [--timing 100]``; writes
+benchmarks/results/fpga_area_<family>_<config>.json. A run takes a few minutes
+(tens of minutes with ``--timing``).
 """
 
 import argparse
@@ -46,11 +53,37 @@ UNITS = {
 
 
 def synthesise(component, family, workdir):
-    """Cells of ``component`` by kind after the family's Yosys synthesis."""
+    """Cells of ``component`` by kind after the family's Yosys synthesis (netlist in ``workdir/unit.json``)."""
     (workdir / "unit.il").write_text(rtlil.convert(component, name="top"))
-    script = f"read_rtlil unit.il; {SYNTH[family]} -top top; tee -q -o stat.json stat -json"
+    script = f"read_rtlil unit.il; {SYNTH[family]} -top top; tee -q -o stat.json stat -json; write_json unit.json"
     subprocess.run([tool("yosys"), "-q", "-p", script], cwd=workdir, check=True, capture_output=True)
     return utilization_from_stat(json.loads((workdir / "stat.json").read_text()), family)
+
+
+def place_and_route(workdir, freq_mhz, seed=1):
+    """Fmax (MHz) and critical path of ``workdir/unit.json`` placed and routed out of context on an ECP5-85F."""
+    args = [tool("nextpnr-ecp5"), "--85k", "--package", "CABGA381", "--speed", "6", "--out-of-context",
+            "--json", "unit.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--report", "report.json",
+            "--timing-allow-fail", "-q", "-l", "pnr.log"]
+    subprocess.run(args, cwd=workdir, check=True, capture_output=True)
+    report = json.loads((workdir / "report.json").read_text())
+    fmax = min((v["achieved"] for v in report.get("fmax", {}).values()), default=None)
+    return {"fmax_mhz": round(fmax, 1) if fmax else None, "critical_path": _critical_path(report)}
+
+
+def _critical_path(report):
+    """The worst clock-to-clock path: its ends, its delay (ns) split into the first cell's clock-to-out
+    (a block RAM's is 5.6 ns), logic and routing, and the cells it runs through."""
+    paths = [p for p in report.get("critical_paths", []) if p.get("path")]
+    if not paths:
+        return None
+    steps = max(paths, key=lambda p: sum(s["delay"] for s in p["path"]))["path"]
+    cells = [steps[0]["from"]["cell"]] + [s["to"]["cell"] for s in steps if s["type"] == "routing"]
+    delay = {kind: round(sum(s["delay"] for s in steps if s["type"] == kind), 2)
+             for kind in ("clk-to-q", "logic", "routing")}
+    return {"from": cells[0], "to": cells[-1], "ns": round(sum(s["delay"] for s in steps), 2),
+            "clk_to_q_ns": delay["clk-to-q"], "logic_ns": delay["logic"], "routing_ns": delay["routing"],
+            "cells": cells}
 
 
 def main(argv=None):
@@ -58,23 +91,45 @@ def main(argv=None):
     parser.add_argument("--family", choices=sorted(SYNTH), default="ice40")
     parser.add_argument("--config", default="tiny", help="preset name or TOML file")
     parser.add_argument("--units", nargs="*", choices=list(UNITS), default=list(UNITS))
+    parser.add_argument("--timing", type=float, metavar="MHZ",
+                        help="also place and route each unit out of context (ECP5) at MHZ; report Fmax")
     parser.add_argument("--json", type=Path, help="output file (default benchmarks/results/fpga_area_<family>_<config>.json)")
     args = parser.parse_args(argv)
+    if args.timing is not None and (args.family != "ecp5" or args.timing <= 0):
+        parser.error("--timing takes a positive clock in MHz and needs --family ecp5")
     cfg = load_config(args.config)
     result = {"family": args.family, "config": cfg.name, "fingerprint": cfg.fingerprint, "tag": cfg.tag,
               "yosys": SYNTH[args.family], "units": {}}
+    failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.units:
             start = time.monotonic()
-            cells = synthesise(UNITS[name](cfg), args.family, Path(tmp))
-            result["units"][name] = cells
-            print(f"{name:14s} " + "  ".join(f"{k} {v}" for k, v in cells.items())
-                  + f"  ({time.monotonic() - start:.0f} s)", flush=True)
+            try:
+                line = _measure(name, UNITS[name](cfg), args, Path(tmp), result["units"])
+            except subprocess.CalledProcessError as exc:
+                # YoWASP's ABC9 sometimes exits without a message on the larger units; report and go on.
+                failed += 1
+                result["units"][name] = {"error": f"{Path(exc.cmd[0]).name} exited with {exc.returncode}"}
+                line = f"{name:14s} FAILED: {result['units'][name]['error']}"
+            print(line + f"  ({time.monotonic() - start:.0f} s)", flush=True)
     path = args.json or OUT / f"fpga_area_{args.family}_{cfg.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
-    return 0
+    return 1 if failed else 0
+
+
+def _measure(name, component, args, workdir, units):
+    """Synthesise (and with ``--timing`` place and route) one unit into ``units[name]``; its report line."""
+    cells = units[name] = synthesise(component, args.family, workdir)
+    line = f"{name:14s} " + "  ".join(f"{k} {v}" for k, v in cells.items())
+    if args.timing is not None:
+        cells.update(place_and_route(workdir, args.timing))
+        path = cells["critical_path"] or {}
+        line += (f"  Fmax {cells['fmax_mhz']} MHz: {path.get('from')} -> {path.get('to')}, "
+                 f"{path.get('clk_to_q_ns')} ns clock-to-out + {path.get('logic_ns')} ns logic + "
+                 f"{path.get('routing_ns')} ns routing")
+    return line
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ accumulator through the same two read ports and one write port.
 
 GEMM pipeline (one micro-op enters per cycle, no stalls)::
 
-    S0 uop read · S1 indices, range check, inp/wgt read · S2 products
+    S0 uop read · S1 indices, inp/wgt read · S2 range check, products
     · tree levels (registered, log2(block_in) of them) · acc += sum, write
 
 The accumulator is read one cycle before it is written, through a port
@@ -16,7 +16,7 @@ back-to-back micro-ops on one row need no stall and no software help.
 
 ALU pipeline::
 
-    S0 uop read · S1 indices, range check, acc[dst] and acc[src] read · S2 op, write
+    S0 uop read · S1 indices, acc[dst] and acc[src] read · S2 range check, op, write
 
 with the same transparent reads. Every result is also written, narrowed to
 the output width, to OUT.
@@ -30,6 +30,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
+from .pipe import pipe
 from .sram import sram_shape
 
 __all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply"]
@@ -41,7 +42,8 @@ class LoopGenerator(wiring.Component):
     """Emits ``(u, offsets)`` for ``o < iter_out, i < iter_in, u ∈ [uop_bgn, uop_end)``, one per cycle.
 
     Offsets are ``o·factor_out + i·factor_in`` for each of the three
-    indices, kept by adders (no multipliers). ``stop`` ends the walk early.
+    indices, kept by adders (no multipliers). ``stop`` ends the walk early;
+    ``hold`` keeps the current output for another cycle.
     """
 
     def __init__(self, *, uop_bits):
@@ -53,6 +55,7 @@ class LoopGenerator(wiring.Component):
             "iter_out": In(isa.LOOP_BITS), "iter_in": In(isa.LOOP_BITS),
             "factors": In(data.ArrayLayout(OFFSET_BITS, 6)),   # dst, src, wgt × (out, in)
             "stop": In(1),
+            "hold": In(1),
             "valid": Out(1),
             "out": Out(data.StructLayout(fields)),
             "busy": Out(1),
@@ -82,7 +85,7 @@ class LoopGenerator(wiring.Component):
             empty = (self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0)
             m.d.sync += [running.eq(~empty), o.eq(0), i.eq(0), u.eq(self.uop_bgn)]
             m.d.sync += [s.eq(0) for s in base + off]
-        with m.Elif(running):
+        with m.Elif(running & ~self.hold):
             with m.If(self.stop | self.out.last):
                 m.d.sync += running.eq(0)
             with m.Elif(~last_u):
@@ -136,11 +139,6 @@ def soft_multiply(a, b):
         terms = [terms[k] + terms[k + 1] if k + 1 < len(terms) else terms[k] for k in range(0, len(terms), 2)]
     return terms[0][:width].as_signed()
 
-
-def _pipe(m, value, name):
-    reg = Signal.like(value, name=name)
-    m.d.sync += reg.eq(value)
-    return reg
 
 
 class ComputeCore(wiring.Component):
@@ -223,36 +221,47 @@ class ComputeCore(wiring.Component):
             m.d.sync += active.eq(1)
 
         # -- S0: micro-op read -------------------------------------------------
-        m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(1)]
+        # `stall` (an ALU micro-op waiting in S2 for its operand) holds S0 and S1.
+        stall = Signal()
+        m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(~stall), loops.hold.eq(stall)]
         s1_valid = Signal()
         s1 = Signal.like(loops.out)
-        m.d.sync += [s1_valid.eq(loops.valid & ~loops.stop), s1.eq(loops.out)]
+        with m.If(~stall):
+            m.d.sync += [s1_valid.eq(loops.valid & ~loops.stop), s1.eq(loops.out)]
 
-        # -- S1: indices and range checks ---------------------------------------
+        # -- S1: indices; the SRAM reads take their low bits ------------------------
         uop = self.uop_read.data
         dst = Signal(OFFSET_BITS + 1)
         src = Signal(OFFSET_BITS + 1)
         wgt = Signal(OFFSET_BITS + 1)
         m.d.comb += [dst.eq(uop.dst + s1.dst), src.eq(uop.src + s1.src), wgt.eq(uop.wgt + s1.wgt)]
-        src_depth = Mux(is_gemm, c.inp_depth, c.acc_depth)
-        needs_src = Mux(is_gemm, ~reset, ~use_imm)
-        bad = s1_valid & ((dst >= c.acc_depth) | (needs_src & (src >= src_depth))
-                          | (is_gemm & ~reset & (wgt >= c.wgt_depth)))
-        m.d.comb += loops.stop.eq(bad | (error != 0))
-        with m.If(bad):
-            m.d.sync += error.eq(ErrorCode.INDEX_RANGE)
-        s1_ok = s1_valid & ~bad & (error == 0)
         m.d.comb += [
             self.inp_read.addr.eq(src), self.inp_read.en.eq(1),
             self.wgt_read.addr.eq(wgt), self.wgt_read.en.eq(1),
         ]
 
+        # -- S2: range checks, a cycle after the reads they guard -------------------
+        # A micro-op found out of range here writes nothing, nor does any behind
+        # it: the error stops the loops, and the one or two micro-ops already
+        # issued are dropped as they reach this stage.
+        acc_bits = len(self.acc_write.addr)
+        s2_valid, s2_dst, s2_src, s2_wgt = (Signal.like(v, name=f"s2_{v.name}") for v in (s1_valid, dst, src, wgt))
+        s2_hazard = Signal()        # an ALU operand is the row the micro-op ahead (now in S2) writes
+        reads_row = (dst[:acc_bits] == s2_dst[:acc_bits]) | (~use_imm & (src[:acc_bits] == s2_dst[:acc_bits]))
+        with m.If(~stall):
+            m.d.sync += [s2_valid.eq(s1_valid), s2_dst.eq(dst), s2_src.eq(src), s2_wgt.eq(wgt),
+                         s2_hazard.eq(~is_gemm & s1_valid & s2_valid & reads_row)]
+        src_depth = Mux(is_gemm, c.inp_depth, c.acc_depth)
+        needs_src = Mux(is_gemm, ~reset, ~use_imm)
+        bad = s2_valid & ((s2_dst >= c.acc_depth) | (needs_src & (s2_src >= src_depth))
+                          | (is_gemm & ~reset & (s2_wgt >= c.wgt_depth)))
+        m.d.comb += loops.stop.eq(error != 0)
+        with m.If(bad):
+            m.d.sync += error.eq(ErrorCode.INDEX_RANGE)
+        s2_ok = s2_valid & ~bad & (error == 0)
+
         # -- GEMM: S2 products, tree, accumulate ----------------------------------
         BI, BO, batch = c.block_in, c.block_out, c.batch
-        g_valid = _pipe(m, s1_ok & is_gemm, "s2_valid")
-        g_dst = _pipe(m, dst[:len(self.acc_write.addr)], "s2_dst")
-        g_reset = _pipe(m, reset, "s2_reset")
-        g_overwrite = _pipe(m, overwrite, "s2_overwrite")
         sums = []
         levels = 0
         for b in range(batch):
@@ -269,15 +278,43 @@ class ComputeCore(wiring.Component):
                 sums.append(total)
         # Control rides along the products register and every tree level; the
         # acc read is issued one stage before the sums are ready.
-        ctrl = [(g_valid, g_dst, g_reset, g_overwrite)]
+        ctrl = [(s2_ok & is_gemm, s2_dst[:acc_bits])]
         for n in range(levels + 1):
-            ctrl.append(tuple(_pipe(m, s, f"g{n}_{k}") for k, s in enumerate(ctrl[-1])))
-        read_valid, read_dst, _, _ = ctrl[-2]
-        w_valid, w_dst, w_reset, w_overwrite = ctrl[-1]
+            ctrl.append(tuple(pipe(m, s, f"g{n}_{k}") for k, s in enumerate(ctrl[-1])))
+        read_valid, read_dst = ctrl[-2]
+        g_valid, g_dst = ctrl[-1]
 
-        # -- ALU: S2 op, write -------------------------------------------------
-        a_valid = _pipe(m, s1_ok & ~is_gemm, "a2_valid")
-        a_dst = _pipe(m, dst[:len(self.acc_write.addr)], "a2_dst")
+        # -- ALU: S2 operands · S3 op · S4 write -------------------------------
+        # Reads are issued in S1, results written in S4; S2 captures its
+        # operands with the rows S3 and S4 hold forwarded (S3's own result
+        # for every op but MUL). A micro-op whose operand is the product of
+        # the MUL right ahead of it waits one cycle in S2 (`stall`) and takes
+        # it from S4.
+        lanes = batch * BO
+        held = Signal()             # the S2 micro-op's second cycle: its read data is gone
+        m.d.comb += stall.eq(s2_valid & s2_hazard & (alu_op == AluOp.MUL) & ~held)
+        m.d.sync += held.eq(stall)
+        a_op = Signal(self.acc_shape)
+        b_op = Signal(self.acc_shape)
+        x_valid = pipe(m, s2_ok & ~is_gemm & ~stall, "x_valid")
+        x_dst = pipe(m, s2_dst[:acc_bits], "x_dst")
+        w_valid = pipe(m, x_valid, "w_valid")
+        w_dst = pipe(m, x_dst, "w_dst")
+        alu_lanes = [_AluLane(m, alu_op, a_op[lane], b_op[lane], c.acc_width, lane) for lane in range(lanes)]
+        x_result = Signal(self.acc_shape)
+        w_result = Signal(self.acc_shape)
+        for lane, alu_lane in enumerate(alu_lanes):
+            m.d.comb += [x_result[lane].eq(alu_lane.early), w_result[lane].eq(alu_lane.result)]
+        for op, port, row in ((a_op, self.acc_read_a, s2_dst), (b_op, self.acc_read_b, s2_src)):
+            if op is b_op:
+                with m.If(use_imm):
+                    m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
+            with (m.Elif if op is b_op else m.If)(x_valid & (alu_op != AluOp.MUL) & (x_dst == row[:acc_bits])):
+                m.d.sync += op.eq(x_result)
+            with m.Elif(w_valid & (w_dst == row[:acc_bits])):
+                m.d.sync += op.eq(w_result)
+            with m.Elif(~held):
+                m.d.sync += op.eq(port.data)
 
         with m.If(is_gemm):
             m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
@@ -286,28 +323,24 @@ class ComputeCore(wiring.Component):
                          self.acc_read_b.addr.eq(src), self.acc_read_b.en.eq(1)]
 
         result = Signal(self.acc_shape)
-        write_dst = Signal.like(a_dst)
+        write_dst = Signal(acc_bits)
         write = Signal()
-        with m.If(w_valid):
-            m.d.comb += [write.eq(1), write_dst.eq(w_dst)]
+        with m.If(g_valid):
+            m.d.comb += [write.eq(1), write_dst.eq(g_dst)]
             for lane, total in enumerate(sums):
-                m.d.comb += result[lane].eq(Mux(w_reset, 0, Mux(w_overwrite, 0, self.acc_read_a.data[lane]) + total))
-        with m.Elif(a_valid):
-            m.d.comb += [write.eq(1), write_dst.eq(a_dst)]
-            for lane in range(batch * BO):
-                a = self.acc_read_a.data[lane]
-                b = Mux(use_imm, imm, self.acc_read_b.data[lane])
-                m.d.comb += result[lane].eq(_alu_lane(m, alu_op, a, b, c.acc_width, lane))
+                m.d.comb += result[lane].eq(Mux(reset, 0, Mux(overwrite, 0, self.acc_read_a.data[lane]) + total))
+        with m.Elif(w_valid):
+            m.d.comb += [write.eq(1), write_dst.eq(w_dst), result.eq(w_result)]
         m.d.comb += [
             self.acc_write.addr.eq(write_dst), self.acc_write.data.eq(result), self.acc_write.en.eq(write),
             self.out_write.addr.eq(write_dst), self.out_write.en.eq(write),
-            self.retire_gemm.eq(w_valid), self.retire_alu.eq(a_valid),
+            self.retire_gemm.eq(g_valid), self.retire_alu.eq(w_valid),
         ]
-        for lane in range(batch * BO):
+        for lane in range(lanes):
             m.d.comb += self.out_write.data[lane].eq(result[lane][:c.out_width])
 
         # -- completion --------------------------------------------------------
-        in_flight = Cat(s1_valid, g_valid, a_valid, *(s[0] for s in ctrl)).any()
+        in_flight = Cat(s1_valid, s2_valid, x_valid, w_valid, *(s[0] for s in ctrl[1:])).any()
         m.d.comb += [self.gemm_busy.eq(active & is_gemm), self.alu_busy.eq(active & ~is_gemm),
                      self.error.eq(error)]
         with m.If(active & ~self.start & ~loops.busy & ~in_flight):
@@ -316,28 +349,48 @@ class ComputeCore(wiring.Component):
         return m
 
 
-def _alu_lane(m, op, a, b, width, lane):
-    """``op(a, b)`` for one accumulator lane, per docs/isa.md."""
-    result = Signal(signed(width), name=f"alu_{lane}")
-    shift_bits = (width - 1).bit_length()
-    right = Signal(shift_bits, name=f"alu_shr_{lane}")
-    left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")
-    m.d.comb += [
-        right.eq(Mux(b >= width - 1, width - 1, b[:shift_bits])),
-        left.eq(Mux(-b >= width, width, (-b)[:shift_bits + 1])),
-    ]
-    with m.Switch(op):
-        with m.Case(AluOp.MIN):
-            m.d.comb += result.eq(Mux(a < b, a, b))
-        with m.Case(AluOp.MAX):
-            m.d.comb += result.eq(Mux(a > b, a, b))
-        with m.Case(AluOp.ADD):
-            m.d.comb += result.eq(a + b)
-        with m.Case(AluOp.MUL):
-            m.d.comb += result.eq(a * b)
-        with m.Case(AluOp.SHR):
-            with m.If(b >= 0):
-                m.d.comb += result.eq(a >> right)
-            with m.Else():
-                m.d.comb += result.eq((a << left)[:width])
-    return result
+class _AluLane:
+    """``op(a, b)`` for one accumulator lane (docs/isa.md), over two stages.
+
+    ``a`` and ``b`` are registered operands (S3). ``early`` is the result
+    in S3 for every op but MUL; ``result`` is every op's result the cycle
+    after (S4). MUL keeps the low ``width`` bits of the product, built from
+    three half-width products registered in S3 and summed in S4.
+    """
+
+    def __init__(self, m, op, a, b, width, lane):
+        shift_bits = (width - 1).bit_length()
+        right = Signal(shift_bits, name=f"alu_shr_{lane}")
+        left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")
+        self.early = Signal(signed(width), name=f"alu_{lane}")
+        # Shift amounts clamped to the width from bit tests, not wide compares (this is S3's longest path):
+        # b >= width - 1 and, for b < 0, -b >= width (b[shift_bits:] all ones means -width <= b < 0).
+        sign, high, low = b[-1], b[shift_bits:-1], b[:shift_bits]
+        negated = Signal(shift_bits + 1, name=f"alu_neg_{lane}")   # -b, when -2**shift_bits <= b < 0
+        m.d.comb += [
+            negated.eq(-b[:shift_bits + 1]),
+            right.eq(Mux(~sign & (high.any() | (low >= width - 1)), width - 1, low)),
+            left.eq(Mux(~(sign & high.all()) | (negated >= width), width, negated)),
+        ]
+        with m.Switch(op):
+            with m.Case(AluOp.MIN):
+                m.d.comb += self.early.eq(Mux(a < b, a, b))
+            with m.Case(AluOp.MAX):
+                m.d.comb += self.early.eq(Mux(a > b, a, b))
+            with m.Case(AluOp.ADD):
+                m.d.comb += self.early.eq(a + b)
+            with m.Case(AluOp.SHR):
+                with m.If(b >= 0):
+                    m.d.comb += self.early.eq(a >> right)
+                with m.Else():
+                    m.d.comb += self.early.eq((a << left)[:width])
+        # a·b mod 2**width = lo(a)·lo(b) + (lo(a)·hi(b) + hi(a)·lo(b))·2**half (mod 2**width)
+        half = width // 2
+        a_bits, b_bits = a.as_unsigned(), b.as_unsigned()
+        low = Signal(2 * half, name=f"alu_mul_ll_{lane}")
+        cross = [Signal(width - half, name=f"alu_mul_{n}_{lane}") for n in ("lh", "hl")]
+        m.d.sync += [low.eq(a_bits[:half] * b_bits[:half]), cross[0].eq(a_bits[:half] * b_bits[half:]),
+                     cross[1].eq(a_bits[half:] * b_bits[:half])]
+        other = pipe(m, self.early, f"alu_other_{lane}")
+        product = (low + ((cross[0] + cross[1]) << half))[:width]
+        self.result = Mux(op == AluOp.MUL, product, other)

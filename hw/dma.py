@@ -30,6 +30,8 @@ __all__ = ["TransferLayout", "RowReader", "ElementPacker", "RowWriter"]
 #: Rows of a transfer command (the ISA's 16-bit ``y_size``).
 ROWS_BITS = 16
 
+BOUNDARY_SHIFT = BOUNDARY_BYTES.bit_length() - 1
+
 
 def TransferLayout(addr_width):
     """Payload of a transfer command: ``addr``, ``row_bytes``, ``stride``, ``rows``.
@@ -64,6 +66,13 @@ class _BurstSplitter(wiring.Component):
     carries the same count with the first beat's starting byte (``lo``), the
     last beat's end byte (``hi``) and whether it ends the transfer. Both are
     produced together, one burst per cycle at most.
+
+    Timing: a burst's length is the least of three registered counts (beats
+    to the row's end, to the next 4 KiB boundary, and the AXI limit); the
+    next state for either outcome is computed beside the compares that pick
+    it, so no adder waits for a compare. Everything a new row needs (its
+    address, its beat count) is ready while the row before it is split; a
+    command spends one cycle in set-up first.
     """
 
     def __init__(self, *, addr_width, bus_bytes):
@@ -82,43 +91,52 @@ class _BurstSplitter(wiring.Component):
         B = self.bus_bytes
         shift = B.bit_length() - 1
         bits = self.bits
+        page_beats = BOUNDARY_BYTES // B
+        limit = min(MAX_BURST_BEATS, page_beats)
+
         row_addr = Signal(bits)           # start of the current row
-        start = Signal(bits)              # next byte to request in this row
-        end = Signal(bits)                # one past the row's last byte
-        rows_left = Signal(ROWS_BITS)
+        next_row = Signal(bits)           # row_addr + stride
+        start = Signal(bits)              # next byte to request in this row (bus-aligned after the first burst)
         stride = Signal(bits)
-        row_bytes = Signal(bits)
+        rows_left = Signal(ROWS_BITS)
+        # A row of R bytes starting at byte offset `low` in a bus word spans
+        # ceil((low + R) / B) beats: `row_beats` or one more when low + R_lo >= B.
+        row_beats = Signal(bits - shift + 1)
+        row_beats_1 = Signal(bits - shift + 1)
+        bytes_lo = Signal(shift + 1)      # (R + B - 1) mod B
+        last_lo = Signal(range(B))        # (R - 1) mod B
+        to_end = Signal(bits - shift + 1)              # beats from start to the row's end
+        to_boundary = Signal(range(1, page_beats + 1))  # beats from start to the next 4 KiB boundary
+        setup = Signal()
         active = Signal()
 
-        aligned = Signal(bits)
-        m.d.comb += aligned.eq(start & ~(B - 1))
-        to_end = Signal(bits)
-        to_boundary = Signal(range(BOUNDARY_BYTES // B + 1))
+        def beats_of_row(addr):
+            return Mux(addr[:shift] + bytes_lo >= B, row_beats_1, row_beats) if shift else row_beats
+
+        def beats_to_boundary(addr):
+            return page_beats - addr[shift:BOUNDARY_SHIFT]
+
         beats = Signal(range(1, MAX_BURST_BEATS + 1))
+        last_in_row = Signal()
+        stops_at_boundary = Signal()      # a burst that does not end its row ends at the boundary, else at the limit
         m.d.comb += [
-            to_end.eq((end - aligned + B - 1) >> shift),
-            to_boundary.eq((BOUNDARY_BYTES - aligned[:12]) >> shift),
+            last_in_row.eq((to_end <= to_boundary) & (to_end <= limit)),
+            stops_at_boundary.eq(to_boundary <= limit),
+            beats.eq(Mux(last_in_row, to_end, Mux(stops_at_boundary, to_boundary, limit))),
         ]
-        limit = min(MAX_BURST_BEATS, BOUNDARY_BYTES // B)
-        with m.If((to_end <= to_boundary) & (to_end <= limit)):
-            m.d.comb += beats.eq(to_end)
-        with m.Elif(to_boundary <= limit):
-            m.d.comb += beats.eq(to_boundary)
-        with m.Else():
-            m.d.comb += beats.eq(limit)
-        burst_end = Signal(bits)
-        m.d.comb += burst_end.eq(aligned + (beats << shift))
-        last_in_row = burst_end >= end
+        aligned = start & ~(B - 1)
         last = last_in_row & (rows_left == 1)
+        hi_last = Signal(range(1, B + 1))
+        m.d.comb += hi_last.eq((row_addr[:shift] + last_lo)[:shift] + 1 if shift else 1)
 
         m.d.comb += [
-            self.busy.eq(active),
-            self.cmd.ready.eq(~active),
+            self.busy.eq(active | setup),
+            self.cmd.ready.eq(~active & ~setup),
             self.request.payload.addr.eq(aligned),
             self.request.payload.beats.eq(beats),
             self.burst.payload.beats.eq(beats),
             self.burst.payload.lo.eq(start[:shift] if shift else 0),
-            self.burst.payload.hi.eq(Mux(last_in_row, end - (burst_end - B), B)),
+            self.burst.payload.hi.eq(Mux(last_in_row, hi_last, B)),
             self.burst.payload.last.eq(last),
         ]
         # Request and descriptor leave together: valid on both, advance when both are taken.
@@ -126,18 +144,31 @@ class _BurstSplitter(wiring.Component):
             self.request.valid.eq(active & self.burst.ready),
             self.burst.valid.eq(active & self.request.ready),
         ]
-        with m.If(self.cmd.valid & ~active):
+        with m.If(self.cmd.valid & self.cmd.ready):
             p = self.cmd.payload
-            m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), end.eq(p.addr + p.row_bytes),
-                         rows_left.eq(p.rows), stride.eq(p.stride), row_bytes.eq(p.row_bytes),
-                         active.eq((p.rows != 0) & (p.row_bytes != 0))]
+            m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), next_row.eq(p.addr + p.stride),
+                         rows_left.eq(p.rows), stride.eq(p.stride),
+                         row_beats.eq((p.row_bytes + B - 1) >> shift), row_beats_1.eq((p.row_bytes + 2 * B - 1) >> shift),
+                         bytes_lo.eq((p.row_bytes + B - 1)[:shift] if shift else 0),
+                         last_lo.eq((p.row_bytes - 1)[:shift] if shift else 0),
+                         setup.eq((p.rows != 0) & (p.row_bytes != 0))]
+        with m.If(setup):
+            m.d.sync += [setup.eq(0), active.eq(1),
+                         to_end.eq(beats_of_row(row_addr)), to_boundary.eq(beats_to_boundary(row_addr))]
         with m.If(self.request.valid & self.request.ready):
             with m.If(~last_in_row):
-                m.d.sync += start.eq(burst_end)
+                # Both possible next starts are computed alongside the compares that choose between them.
+                next_boundary = ((start >> BOUNDARY_SHIFT) + 1) << BOUNDARY_SHIFT
+                with m.If(stops_at_boundary):
+                    m.d.sync += [start.eq(next_boundary), to_end.eq(to_end - to_boundary),
+                                 to_boundary.eq(page_beats)]
+                with m.Else():
+                    m.d.sync += [start.eq(aligned + limit * B), to_end.eq(to_end - limit),
+                                 to_boundary.eq(to_boundary - limit)]
             with m.Elif(rows_left != 1):
-                next_row = row_addr + stride
-                m.d.sync += [row_addr.eq(next_row), start.eq(next_row), end.eq(next_row + row_bytes),
-                             rows_left.eq(rows_left - 1)]
+                m.d.sync += [row_addr.eq(next_row), start.eq(next_row), next_row.eq(next_row + stride),
+                             rows_left.eq(rows_left - 1),
+                             to_end.eq(beats_of_row(next_row)), to_boundary.eq(beats_to_boundary(next_row))]
             with m.Else():
                 m.d.sync += [rows_left.eq(0), active.eq(0)]
         return m

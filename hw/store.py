@@ -10,6 +10,7 @@ from tilewright.isa import ErrorCode, Opcode
 
 from .axi import AxiWriteSignature
 from .dma import RowWriter
+from .pipe import pipe
 from .sequencer import CommandLayout, Sequencer, TokenPort
 from .sram import sram_shape
 from .transfer_check import TransferCheck
@@ -23,7 +24,7 @@ class StoreUnit(wiring.Component):
     Reads ``y_size·x_size`` consecutive OUT entries from ``sram_base`` — or,
     for a requantizing STORE, ACC entries, each lane turned into
     ``clip(((acc + bias) · mul) >> shift, lo, hi)`` — one per cycle through a
-    two-stage pipeline and a small FIFO, into a :class:`RowWriter`; retires
+    six-stage pipeline and a small FIFO, into a :class:`RowWriter`; retires
     when every write response is in. A ``set_bias`` STORE reads one ACC entry
     into the bias register instead.
 
@@ -61,7 +62,7 @@ class StoreUnit(wiring.Component):
         m.submodules.seq = seq = Sequencer(insn_layout=layouts["header"])
         m.submodules.writer = writer = RowWriter(addr_width=self.addr_width, data_width=c.dram_bus_width,
                                                  elem_bytes=E)
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=E * 8, depth=4)
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=E * 8, depth=16)
         wiring.connect(m, wiring.flipped(self.cmd), seq.cmd)
         wiring.connect(m, seq.prev, wiring.flipped(self.prev))
         wiring.connect(m, writer.axi, wiring.flipped(self.axi))
@@ -84,34 +85,37 @@ class StoreUnit(wiring.Component):
             writer.elements.valid.eq(queue.r_rdy),
             queue.r_en.eq(writer.elements.ready),
         ]
-        # SRAM reads feed the FIFO through two stages: read (1 cycle), then the product.
+        # SRAM reads feed the FIFO through six stages, one step of the
+        # requantization each: read · + bias · × mul (two halves) · sum · >> shift · clip.
         addr = Signal(c.index_bits("out") + 1)
         left = Signal(32)
         issue = Signal()
         read_valid = Signal()           # SRAM data arrives this cycle
-        stage_valid = Signal()          # a registered element (and its products) is ready
         m.d.comb += [self.out_read.addr.eq(addr), self.out_read.en.eq(1),
                      self.acc_read.addr.eq(addr), self.acc_read.en.eq(1)]
-        m.d.sync += [read_valid.eq(issue), stage_valid.eq(read_valid)]
+        m.d.sync += read_valid.eq(issue)
         with m.If(issue):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
         lanes = c.batch * c.block_out
-        plain = Signal(E * 8)
         bias = Signal.like(self.acc_read.data)          # the bias register: zero after reset
-        products = [Signal(signed(c.acc_width), name=f"product_{k}") for k in range(lanes)]
-        with m.If(read_valid):
-            m.d.sync += plain.eq(self.out_read.data)
-            for k, p in enumerate(products):
-                biased = Signal(signed(c.acc_width), name=f"biased_{k}")      # wraps, as ALU ADD does
-                m.d.comb += biased.eq(self.acc_read.data[k] + Mux(insn.bias, bias[k], 0))
-                m.d.sync += p.eq(biased * insn.mul)
+        plain = self.out_read.data
+        biased = [Signal(signed(c.acc_width), name=f"biased_{k}") for k in range(lanes)]   # wraps, as ALU ADD does
+        m.d.sync += [b.eq(self.acc_read.data[k] + Mux(insn.bias, bias[k], 0)) for k, b in enumerate(biased)]
+        # acc·mul mod 2**w = lo·mul + hi·mul·2**half (mod 2**w), lo and hi the halves of acc: the two
+        # partial products are registered apart from their sum, so no adder follows a multiplier.
+        w, half = c.acc_width, c.acc_width // 2
+        products = []
+        for k, b in enumerate(biased):
+            low = pipe(m, (b.as_unsigned()[:half] * insn.mul)[:w], f"product_lo_{k}")
+            high = pipe(m, (b[half:] * insn.mul)[:w - half], f"product_hi_{k}")
+            products.append(pipe(m, (low + (high << half))[:w].as_signed(), f"product_{k}"))
         hi = (1 << (c.out_width - 1)) - 1
         lo = Mux(insn.relu, 0, -hi - 1)
         quantized = []
         for k, p in enumerate(products):
             shifted = Signal(signed(c.acc_width), name=f"shifted_{k}")
             lane = Signal(signed(c.out_width), name=f"quantized_{k}")
-            m.d.comb += shifted.eq(p >> insn.shift)
+            m.d.sync += shifted.eq(p >> insn.shift)
             with m.If(shifted > hi):
                 m.d.comb += lane.eq(hi)
             with m.Elif(shifted < lo):
@@ -119,8 +123,14 @@ class StoreUnit(wiring.Component):
             with m.Else():
                 m.d.comb += lane.eq(shifted)
             quantized.append(lane)
-        m.d.comb += [queue.w_data.eq(Mux(insn.requant, Cat(quantized), plain)), queue.w_en.eq(stage_valid)]
-        in_flight = read_valid | stage_valid
+        for n in range(4):
+            plain = pipe(m, plain, f"plain_{n + 1}")
+        element = pipe(m, Mux(insn.requant, Cat(quantized), plain), "element")
+        valid = [read_valid]
+        for n in range(5):
+            valid.append(pipe(m, valid[-1], f"stage_valid_{n + 1}"))
+        m.d.comb += [queue.w_data.eq(element), queue.w_en.eq(valid[-1])]
+        in_flight = Cat(*valid).any()
 
         done = Signal()
         error = Signal(isa.ERROR_BITS)
@@ -158,7 +168,7 @@ class StoreUnit(wiring.Component):
                 m.next = "IDLE"
             with m.State("STREAM"):
                 # Room for the elements in the pipeline and the one issued now.
-                m.d.comb += issue.eq((left != 0) & (queue.level + read_valid + stage_valid + 1 <= queue.depth))
+                m.d.comb += issue.eq((left != 0) & (queue.level + sum(valid) + 1 <= queue.depth))
                 with m.If((left == 0) & ~in_flight & ~queue.r_rdy & ~writer.busy):
                     m.d.comb += [done.eq(1), error.eq(Mux(writer.error, ErrorCode.BUS_ERROR, 0))]
                     m.next = "IDLE"
@@ -174,3 +184,4 @@ class StoreUnit(wiring.Component):
                                   count << shift, 0)),
         ]
         return m
+

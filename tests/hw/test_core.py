@@ -581,7 +581,8 @@ def test_one_micro_op_per_cycle(cls):
     """From ``start`` to ``done`` takes n + c cycles for n micro-ops, the same c for every n and loop shape.
 
     The loop generator must not lose a cycle moving between loop levels and
-    the pipeline must not stall on repeated rows; results still match fsim.
+    the pipeline must not stall on repeated rows (the ALU forwards them);
+    results still match fsim.
     """
     rng = np.random.default_rng(64)
     overhead = {}
@@ -597,3 +598,14 @@ def test_one_micro_op_per_cycle(cls):
     report = check_against_fsim(insn, with_uops(random_contents(rng, TINY), 0, [(5, u, u) for u in range(8)]))
     overhead["reduction"] = report["cycles"] - 64
     assert len(set(overhead.values())) == 1, f"cycles - n per shape: {overhead}"
+
+
+def test_alu_mul_chain_waits_one_cycle_per_dependent_micro_op():
+    """A MUL reading the product of the MUL right ahead of it waits one cycle (the product is ready a
+    stage later than other results); independent MULs run one per cycle. Both match fsim."""
+    rng = np.random.default_rng(65)
+    cycles = {}
+    for name, uops in (("chain", [(5, u, u) for u in range(8)]), ("independent", [(u, u + 8, u) for u in range(8)])):
+        insn = Alu(uop_bgn=0, uop_end=8, iter_out=1, iter_in=4, alu_op=AluOp.MUL)
+        cycles[name] = check_against_fsim(insn, with_uops(random_contents(rng, TINY), 0, uops))["cycles"]
+    assert cycles["chain"] - cycles["independent"] == 31, cycles    # 32 micro-ops on one row: 31 wait
