@@ -36,11 +36,13 @@ bench: $(STAMP)
 fuzz: $(STAMP)
 	$(VENV)/bin/tilewright fuzz --config $(CONFIG) -n $(N) --seed $(SEED)
 
-# Every board at its preset (minutes to an hour each: place-and-route is single-threaded WASM), then the table.
+# Every board at its preset (minutes to an hour each: place-and-route is single-threaded WASM), then the
+# table, recorded in docs/fpga_reports/ and docs/fpga.md.
 fpga: $(STAMP)
 	for board in ulx3s-85f ulx3s-45f icebreaker tangnano9k; do \
 		$(VENV)/bin/tilewright fpga build --board $$board || true; done
-	$(VENV)/bin/tilewright fpga report
+	$(VENV)/bin/tilewright fpga report --record
+	$(VENV)/bin/tilewright docs
 
 docs: $(STAMP)
 	$(VENV)/bin/tilewright docs

@@ -1,18 +1,21 @@
 """Generated reference tables for the docs.
 
 The text between the ``<!-- generated:begin -->`` and ``<!-- generated:end -->``
-markers of ``docs/isa.md`` (field tables, from the ISA spec) and
-``docs/hardware.md`` (register map, from :mod:`tilewright.hw.regs`) is
-produced here, so the documents cannot drift from the code: a test compares
+markers of ``docs/isa.md`` (field tables, from the ISA spec),
+``docs/hardware.md`` (register map, from :mod:`tilewright.hw.regs`),
+``docs/compiler.md`` (a compiler walkthrough) and ``docs/fpga.md`` (the
+recorded bitstream builds, from ``docs/fpga_reports/``) is produced here, so the documents cannot drift from the code: a test compares
 them, and ``tilewright docs`` rewrites them.
 """
 
+import json
 from pathlib import Path
 
 from tilewright import isa
 from tilewright.config import PRESETS
 
-__all__ = ["isa_tables", "register_tables", "update_generated", "GENERATED_DOCS", "BEGIN", "END"]
+__all__ = ["isa_tables", "register_tables", "fpga_build_table", "update_generated", "GENERATED_DOCS", "BEGIN",
+           "END", "FPGA_REPORTS"]
 
 BEGIN = "<!-- generated:begin -->"
 END = "<!-- generated:end -->"
@@ -91,9 +94,24 @@ def compiler_walkthrough():
     return "\n".join(parts)
 
 
+#: Build reports kept as evidence (``tilewright fpga report --record`` copies them here from build folders).
+FPGA_REPORTS = Path(__file__).resolve().parents[1] / "docs" / "fpga_reports"
+
+
+def fpga_build_table():
+    """Markdown: the table of the recorded bitstream builds."""
+    from .fpga import report_table
+    reports = [json.loads(p.read_text()) for p in sorted(FPGA_REPORTS.glob("*.json"))]
+    if not reports:
+        return "No build recorded yet.\n"
+    return (f"{len(reports)} recorded build{'s' * (len(reports) != 1)} (`docs/fpga_reports/`; "
+            f"`tilewright fpga report --record` adds the reports under `build/fpga`, `tilewright docs` "
+            f"rewrites this table):\n\n" + report_table(reports))
+
+
 #: Document (relative to the repository root) -> generator of its marked section.
 GENERATED_DOCS = {"docs/isa.md": isa_tables, "docs/hardware.md": register_tables,
-                  "docs/compiler.md": compiler_walkthrough}
+                  "docs/compiler.md": compiler_walkthrough, "docs/fpga.md": fpga_build_table}
 
 
 def update_generated(path, content, *, check=False):

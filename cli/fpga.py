@@ -93,6 +93,16 @@ def cmd_report(args):
         raise _error(f"no build reports under {', '.join(map(str, args.paths or [DEFAULT_BUILD_ROOT]))}; "
                      f"run `tilewright fpga build` first")
     print(report_table(reports), end="")
+    if args.record:
+        from .docgen import FPGA_REPORTS
+        FPGA_REPORTS.mkdir(parents=True, exist_ok=True)
+        for r in reports:
+            path = FPGA_REPORTS / f"{r['board']}-{r['config']}-{r['clock_mhz']:g}MHz-seed{r['seed']}.json"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(r, indent=2) + "\n")
+            tmp.replace(path)
+            print(f"recorded {path}")
+        print("run `tilewright docs` to rewrite the table in docs/fpga.md")
 
 
 def cmd_program(args):
@@ -147,6 +157,8 @@ def add_parser(sub):
 
     sp = fpga.add_parser("report", help="the table of build reports")
     sp.add_argument("paths", nargs="*", help=f"report files or folders (default {DEFAULT_BUILD_ROOT})")
+    sp.add_argument("--record", action="store_true",
+                    help="also keep the reports in docs/fpga_reports/ (the table in docs/fpga.md)")
     sp.set_defaults(func=cmd_report)
 
     sp = fpga.add_parser("program", help="load a bitstream onto a board with openFPGALoader")

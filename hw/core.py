@@ -6,20 +6,23 @@ accumulator through the same two read ports and one write port.
 
 GEMM pipeline (one micro-op enters per cycle, no stalls)::
 
-    S0 uop read · S1 indices, inp/wgt read · S2 range check, products
-    · tree levels (registered, log2(block_in) of them) · acc += sum, write
+    S0 uop read, registered · S1 indices, inp/wgt read · S2 range check, inp/wgt registered
+    · S3 products · tree levels (registered, log2(block_in) of them) · acc += sum, write
 
-The accumulator is read one cycle before it is written, through a port
-transparent to the write port: a micro-op reading the row that the
-micro-op ahead of it writes in the same cycle sees the new value, so
-back-to-back micro-ops on one row need no stall and no software help.
+ALU pipeline (one micro-op per cycle; a micro-op waits one cycle when the
+micro-op right ahead of it writes its operand)::
 
-ALU pipeline::
+    S0 uop read, registered · S1 indices, acc[dst] and acc[src] read · S2 range check,
+    operands registered · S3 op · S4 write
 
-    S0 uop read · S1 indices, acc[dst] and acc[src] read · S2 range check, op, write
-
-with the same transparent reads. Every result is also written, narrowed to
-the output width, to OUT.
+Every SRAM read is registered before logic uses it: a block RAM's
+clock-to-out is more than half a 100 MHz cycle on the ECP5. The
+accumulator rows a GEMM adds to are read two cycles before the write,
+through ports transparent to the write port, and the row written in
+between is forwarded into the register, so back-to-back GEMM micro-ops on
+one row need no stall and no software help. The ALU forwards its S4 result
+into S2's operands. Every result is also written, narrowed to the output
+width, to OUT.
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed
@@ -222,15 +225,20 @@ class ComputeCore(wiring.Component):
 
         # -- S0: micro-op read -------------------------------------------------
         # `stall` (an ALU micro-op waiting in S2 for its operand) holds S0 and S1.
+        # The micro-op is registered as it leaves the SRAM, before any logic uses
+        # it: a block RAM's clock-to-out is more than half a 100 MHz cycle.
         stall = Signal()
         m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(~stall), loops.hold.eq(stall)]
+        uop_valid = Signal()
+        uop_loop = Signal.like(loops.out)
         s1_valid = Signal()
         s1 = Signal.like(loops.out)
+        uop = Signal.like(self.uop_read.data)
         with m.If(~stall):
-            m.d.sync += [s1_valid.eq(loops.valid & ~loops.stop), s1.eq(loops.out)]
+            m.d.sync += [uop_valid.eq(loops.valid & ~loops.stop), uop_loop.eq(loops.out),
+                         s1_valid.eq(uop_valid), s1.eq(uop_loop), uop.eq(self.uop_read.data)]
 
         # -- S1: indices; the SRAM reads take their low bits ------------------------
-        uop = self.uop_read.data
         dst = Signal(OFFSET_BITS + 1)
         src = Signal(OFFSET_BITS + 1)
         wgt = Signal(OFFSET_BITS + 1)
@@ -241,27 +249,31 @@ class ComputeCore(wiring.Component):
         ]
 
         # -- S2: range checks, a cycle after the reads they guard -------------------
-        # A micro-op found out of range here writes nothing, nor does any behind
-        # it: the error stops the loops, and the one or two micro-ops already
-        # issued are dropped as they reach this stage.
+        # Computed in S1 beside the reads, acted on in S2: a micro-op found out
+        # of range writes nothing, nor does any behind it (the error stops the
+        # loops, and the micro-ops already issued are dropped here).
         acc_bits = len(self.acc_write.addr)
-        s2_valid, s2_dst, s2_src, s2_wgt = (Signal.like(v, name=f"s2_{v.name}") for v in (s1_valid, dst, src, wgt))
+        src_depth = Mux(is_gemm, c.inp_depth, c.acc_depth)
+        needs_src = Mux(is_gemm, ~reset, ~use_imm)
+        out_of_range = ((dst >= c.acc_depth) | (needs_src & (src >= src_depth))
+                        | (is_gemm & ~reset & (wgt >= c.wgt_depth)))
+        s2_valid, s2_dst, s2_src = (Signal.like(v, name=f"s2_{v.name}") for v in (s1_valid, dst, src))
+        s2_bad = Signal()
         s2_hazard = Signal()        # an ALU operand is the row the micro-op ahead (now in S2) writes
         reads_row = (dst[:acc_bits] == s2_dst[:acc_bits]) | (~use_imm & (src[:acc_bits] == s2_dst[:acc_bits]))
         with m.If(~stall):
-            m.d.sync += [s2_valid.eq(s1_valid), s2_dst.eq(dst), s2_src.eq(src), s2_wgt.eq(wgt),
+            m.d.sync += [s2_valid.eq(s1_valid), s2_dst.eq(dst), s2_src.eq(src), s2_bad.eq(out_of_range),
                          s2_hazard.eq(~is_gemm & s1_valid & s2_valid & reads_row)]
-        src_depth = Mux(is_gemm, c.inp_depth, c.acc_depth)
-        needs_src = Mux(is_gemm, ~reset, ~use_imm)
-        bad = s2_valid & ((s2_dst >= c.acc_depth) | (needs_src & (s2_src >= src_depth))
-                          | (is_gemm & ~reset & (s2_wgt >= c.wgt_depth)))
+        bad = s2_valid & s2_bad
         m.d.comb += loops.stop.eq(error != 0)
         with m.If(bad):
             m.d.sync += error.eq(ErrorCode.INDEX_RANGE)
         s2_ok = s2_valid & ~bad & (error == 0)
 
-        # -- GEMM: S2 products, tree, accumulate ----------------------------------
+        # -- GEMM: S2 inp/wgt registered · S3 products · tree · accumulate -------
         BI, BO, batch = c.block_in, c.block_out, c.batch
+        inp_data = pipe(m, self.inp_read.data, "inp_data")
+        wgt_data = pipe(m, self.wgt_read.data, "wgt_data")
         sums = []
         levels = 0
         for b in range(batch):
@@ -269,30 +281,39 @@ class ComputeCore(wiring.Component):
                 products = []
                 for k in range(BI):
                     p = Signal(signed(c.inp_width + c.wgt_width), name=f"p_{b}_{o}_{k}")
-                    x, w = self.inp_read.data[b * BI + k], self.wgt_read.data[o * BI + k]
+                    x, w = inp_data[b * BI + k], wgt_data[o * BI + k]
                     # the last soft_products products are built from logic
                     soft = (b * BO + o) * BI + k >= c.macs_per_cycle - c.soft_products
                     m.d.sync += p.eq(soft_multiply(x, w) if soft else x * w)
                     products.append(p)
                 total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
                 sums.append(total)
-        # Control rides along the products register and every tree level; the
-        # acc read is issued one stage before the sums are ready.
+        # Control rides along the operand and product registers and every tree
+        # level. The accumulator row is read two stages before the sums are
+        # ready and registered; the row written meanwhile is forwarded into it.
         ctrl = [(s2_ok & is_gemm, s2_dst[:acc_bits])]
-        for n in range(levels + 1):
+        for n in range(levels + 2):
             ctrl.append(tuple(pipe(m, s, f"g{n}_{k}") for k, s in enumerate(ctrl[-1])))
-        read_valid, read_dst = ctrl[-2]
+        read_dst = ctrl[-3][1]
+        acc_dst = ctrl[-2][1]
         g_valid, g_dst = ctrl[-1]
+        acc_row = Signal(self.acc_shape)
+        g_result = Signal(self.acc_shape)
+        for lane, total in enumerate(sums):
+            m.d.comb += g_result[lane].eq(Mux(reset, 0, Mux(overwrite, 0, acc_row[lane]) + total))
+        with m.If(g_valid & (g_dst == acc_dst)):
+            m.d.sync += acc_row.eq(g_result)
+        with m.Else():
+            m.d.sync += acc_row.eq(self.acc_read_a.data)
 
         # -- ALU: S2 operands · S3 op · S4 write -------------------------------
         # Reads are issued in S1, results written in S4; S2 captures its
-        # operands with the rows S3 and S4 hold forwarded (S3's own result
-        # for every op but MUL). A micro-op whose operand is the product of
-        # the MUL right ahead of it waits one cycle in S2 (`stall`) and takes
-        # it from S4.
+        # operands with the row S4 writes forwarded. A micro-op whose operand
+        # is the row of the micro-op right ahead of it (in S3, its result not
+        # ready) waits one cycle in S2 (`stall`) and takes it from S4.
         lanes = batch * BO
         held = Signal()             # the S2 micro-op's second cycle: its read data is gone
-        m.d.comb += stall.eq(s2_valid & s2_hazard & (alu_op == AluOp.MUL) & ~held)
+        m.d.comb += stall.eq(s2_valid & s2_hazard & ~held)
         m.d.sync += held.eq(stall)
         a_op = Signal(self.acc_shape)
         b_op = Signal(self.acc_shape)
@@ -301,17 +322,14 @@ class ComputeCore(wiring.Component):
         w_valid = pipe(m, x_valid, "w_valid")
         w_dst = pipe(m, x_dst, "w_dst")
         alu_lanes = [_AluLane(m, alu_op, a_op[lane], b_op[lane], c.acc_width, lane) for lane in range(lanes)]
-        x_result = Signal(self.acc_shape)
         w_result = Signal(self.acc_shape)
         for lane, alu_lane in enumerate(alu_lanes):
-            m.d.comb += [x_result[lane].eq(alu_lane.early), w_result[lane].eq(alu_lane.result)]
+            m.d.comb += w_result[lane].eq(alu_lane.result)
         for op, port, row in ((a_op, self.acc_read_a, s2_dst), (b_op, self.acc_read_b, s2_src)):
             if op is b_op:
                 with m.If(use_imm):
                     m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
-            with (m.Elif if op is b_op else m.If)(x_valid & (alu_op != AluOp.MUL) & (x_dst == row[:acc_bits])):
-                m.d.sync += op.eq(x_result)
-            with m.Elif(w_valid & (w_dst == row[:acc_bits])):
+            with (m.Elif if op is b_op else m.If)(w_valid & (w_dst == row[:acc_bits])):
                 m.d.sync += op.eq(w_result)
             with m.Elif(~held):
                 m.d.sync += op.eq(port.data)
@@ -326,9 +344,7 @@ class ComputeCore(wiring.Component):
         write_dst = Signal(acc_bits)
         write = Signal()
         with m.If(g_valid):
-            m.d.comb += [write.eq(1), write_dst.eq(g_dst)]
-            for lane, total in enumerate(sums):
-                m.d.comb += result[lane].eq(Mux(reset, 0, Mux(overwrite, 0, self.acc_read_a.data[lane]) + total))
+            m.d.comb += [write.eq(1), write_dst.eq(g_dst), result.eq(g_result)]
         with m.Elif(w_valid):
             m.d.comb += [write.eq(1), write_dst.eq(w_dst), result.eq(w_result)]
         m.d.comb += [
@@ -340,7 +356,7 @@ class ComputeCore(wiring.Component):
             m.d.comb += self.out_write.data[lane].eq(result[lane][:c.out_width])
 
         # -- completion --------------------------------------------------------
-        in_flight = Cat(s1_valid, s2_valid, x_valid, w_valid, *(s[0] for s in ctrl[1:])).any()
+        in_flight = Cat(uop_valid, s1_valid, s2_valid, x_valid, w_valid, *(s[0] for s in ctrl[1:])).any()
         m.d.comb += [self.gemm_busy.eq(active & is_gemm), self.alu_busy.eq(active & ~is_gemm),
                      self.error.eq(error)]
         with m.If(active & ~self.start & ~loops.busy & ~in_flight):
@@ -352,18 +368,19 @@ class ComputeCore(wiring.Component):
 class _AluLane:
     """``op(a, b)`` for one accumulator lane (docs/isa.md), over two stages.
 
-    ``a`` and ``b`` are registered operands (S3). ``early`` is the result
-    in S3 for every op but MUL; ``result`` is every op's result the cycle
-    after (S4). MUL keeps the low ``width`` bits of the product, built from
-    three half-width products registered in S3 and summed in S4.
+    ``a`` and ``b`` are registered operands (S3); ``result`` is the result
+    the cycle after (S4). MIN, MAX and ADD are computed in S3 and
+    registered. MUL keeps the low ``width`` bits of the product, built from
+    three half-width products registered in S3 and summed in S4; SHR clamps
+    its shift amount in S3 and shifts in S4.
     """
 
     def __init__(self, m, op, a, b, width, lane):
         shift_bits = (width - 1).bit_length()
         right = Signal(shift_bits, name=f"alu_shr_{lane}")
         left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")
-        self.early = Signal(signed(width), name=f"alu_{lane}")
-        # Shift amounts clamped to the width from bit tests, not wide compares (this is S3's longest path):
+        early = Signal(signed(width), name=f"alu_{lane}")
+        # Shift amounts clamped to the width from bit tests, not wide compares:
         # b >= width - 1 and, for b < 0, -b >= width (b[shift_bits:] all ones means -width <= b < 0).
         sign, high, low = b[-1], b[shift_bits:-1], b[:shift_bits]
         negated = Signal(shift_bits + 1, name=f"alu_neg_{lane}")   # -b, when -2**shift_bits <= b < 0
@@ -374,23 +391,22 @@ class _AluLane:
         ]
         with m.Switch(op):
             with m.Case(AluOp.MIN):
-                m.d.comb += self.early.eq(Mux(a < b, a, b))
+                m.d.comb += early.eq(Mux(a < b, a, b))
             with m.Case(AluOp.MAX):
-                m.d.comb += self.early.eq(Mux(a > b, a, b))
+                m.d.comb += early.eq(Mux(a > b, a, b))
             with m.Case(AluOp.ADD):
-                m.d.comb += self.early.eq(a + b)
-            with m.Case(AluOp.SHR):
-                with m.If(b >= 0):
-                    m.d.comb += self.early.eq(a >> right)
-                with m.Else():
-                    m.d.comb += self.early.eq((a << left)[:width])
+                m.d.comb += early.eq(a + b)
+        other = pipe(m, early, f"alu_other_{lane}")
+        # SHR: a negative amount shifts left.
+        shift_a, shift_left = pipe(m, a, f"alu_shift_a_{lane}"), pipe(m, sign, f"alu_shift_left_{lane}")
+        right, left = pipe(m, right, f"alu_shr_q_{lane}"), pipe(m, left, f"alu_shl_q_{lane}")
+        shifted = Mux(shift_left, (shift_a << left)[:width], shift_a >> right)
         # a·b mod 2**width = lo(a)·lo(b) + (lo(a)·hi(b) + hi(a)·lo(b))·2**half (mod 2**width)
         half = width // 2
         a_bits, b_bits = a.as_unsigned(), b.as_unsigned()
-        low = Signal(2 * half, name=f"alu_mul_ll_{lane}")
+        low_product = Signal(2 * half, name=f"alu_mul_ll_{lane}")
         cross = [Signal(width - half, name=f"alu_mul_{n}_{lane}") for n in ("lh", "hl")]
-        m.d.sync += [low.eq(a_bits[:half] * b_bits[:half]), cross[0].eq(a_bits[:half] * b_bits[half:]),
+        m.d.sync += [low_product.eq(a_bits[:half] * b_bits[:half]), cross[0].eq(a_bits[:half] * b_bits[half:]),
                      cross[1].eq(a_bits[half:] * b_bits[:half])]
-        other = pipe(m, self.early, f"alu_other_{lane}")
-        product = (low + ((cross[0] + cross[1]) << half))[:width]
-        self.result = Mux(op == AluOp.MUL, product, other)
+        product = (low_product + ((cross[0] + cross[1]) << half))[:width]
+        self.result = Mux(op == AluOp.MUL, product, Mux(op == AluOp.SHR, shifted, other))

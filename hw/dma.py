@@ -72,7 +72,7 @@ class _BurstSplitter(wiring.Component):
     next state for either outcome is computed beside the compares that pick
     it, so no adder waits for a compare. Everything a new row needs (its
     address, its beat count) is ready while the row before it is split; a
-    command spends one cycle in set-up first.
+    command is latched, then spends two cycles in set-up.
     """
 
     def __init__(self, *, addr_width, bus_bytes):
@@ -107,7 +107,9 @@ class _BurstSplitter(wiring.Component):
         last_lo = Signal(range(B))        # (R - 1) mod B
         to_end = Signal(bits - shift + 1)              # beats from start to the row's end
         to_boundary = Signal(range(1, page_beats + 1))  # beats from start to the next 4 KiB boundary
-        setup = Signal()
+        row_bytes = Signal(bits)
+        setup = Signal()                  # the command is latched: compute the row's beat counts
+        counts = Signal()                 # then the first row's counts
         active = Signal()
 
         def beats_of_row(addr):
@@ -130,8 +132,8 @@ class _BurstSplitter(wiring.Component):
         m.d.comb += hi_last.eq((row_addr[:shift] + last_lo)[:shift] + 1 if shift else 1)
 
         m.d.comb += [
-            self.busy.eq(active | setup),
-            self.cmd.ready.eq(~active & ~setup),
+            self.busy.eq(active | setup | counts),
+            self.cmd.ready.eq(~active & ~setup & ~counts),
             self.request.payload.addr.eq(aligned),
             self.request.payload.beats.eq(beats),
             self.burst.payload.beats.eq(beats),
@@ -144,16 +146,19 @@ class _BurstSplitter(wiring.Component):
             self.request.valid.eq(active & self.burst.ready),
             self.burst.valid.eq(active & self.request.ready),
         ]
+        # Set-up takes two cycles after the command is latched: the row's beat
+        # counts from its length, then the first row's counts from those.
         with m.If(self.cmd.valid & self.cmd.ready):
             p = self.cmd.payload
-            m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), next_row.eq(p.addr + p.stride),
-                         rows_left.eq(p.rows), stride.eq(p.stride),
-                         row_beats.eq((p.row_bytes + B - 1) >> shift), row_beats_1.eq((p.row_bytes + 2 * B - 1) >> shift),
-                         bytes_lo.eq((p.row_bytes + B - 1)[:shift] if shift else 0),
-                         last_lo.eq((p.row_bytes - 1)[:shift] if shift else 0),
-                         setup.eq((p.rows != 0) & (p.row_bytes != 0))]
+            m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), rows_left.eq(p.rows), stride.eq(p.stride),
+                         row_bytes.eq(p.row_bytes), setup.eq((p.rows != 0) & (p.row_bytes != 0))]
         with m.If(setup):
-            m.d.sync += [setup.eq(0), active.eq(1),
+            m.d.sync += [setup.eq(0), counts.eq(1), next_row.eq(row_addr + stride),
+                         row_beats.eq((row_bytes + B - 1) >> shift), row_beats_1.eq((row_bytes + 2 * B - 1) >> shift),
+                         bytes_lo.eq((row_bytes + B - 1)[:shift] if shift else 0),
+                         last_lo.eq((row_bytes - 1)[:shift] if shift else 0)]
+        with m.If(counts):
+            m.d.sync += [counts.eq(0), active.eq(1),
                          to_end.eq(beats_of_row(row_addr)), to_boundary.eq(beats_to_boundary(row_addr))]
         with m.If(self.request.valid & self.request.ready):
             with m.If(~last_in_row):

@@ -24,7 +24,7 @@ class StoreUnit(wiring.Component):
     Reads ``y_size·x_size`` consecutive OUT entries from ``sram_base`` — or,
     for a requantizing STORE, ACC entries, each lane turned into
     ``clip(((acc + bias) · mul) >> shift, lo, hi)`` — one per cycle through a
-    six-stage pipeline and a small FIFO, into a :class:`RowWriter`; retires
+    seven-stage pipeline and a small FIFO, into a :class:`RowWriter`; retires
     when every write response is in. A ``set_bias`` STORE reads one ACC entry
     into the bias register instead.
 
@@ -85,8 +85,8 @@ class StoreUnit(wiring.Component):
             writer.elements.valid.eq(queue.r_rdy),
             queue.r_en.eq(writer.elements.ready),
         ]
-        # SRAM reads feed the FIFO through six stages, one step of the
-        # requantization each: read · + bias · × mul (two halves) · sum · >> shift · clip.
+        # SRAM reads feed the FIFO through seven stages, one step each: read ·
+        # registered · + bias · × mul (two halves) · sum · >> shift · clip.
         addr = Signal(c.index_bits("out") + 1)
         left = Signal(32)
         issue = Signal()
@@ -98,9 +98,10 @@ class StoreUnit(wiring.Component):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
         lanes = c.batch * c.block_out
         bias = Signal.like(self.acc_read.data)          # the bias register: zero after reset
-        plain = self.out_read.data
+        plain = pipe(m, self.out_read.data, "plain_0")
+        acc = pipe(m, self.acc_read.data, "acc_data")
         biased = [Signal(signed(c.acc_width), name=f"biased_{k}") for k in range(lanes)]   # wraps, as ALU ADD does
-        m.d.sync += [b.eq(self.acc_read.data[k] + Mux(insn.bias, bias[k], 0)) for k, b in enumerate(biased)]
+        m.d.sync += [b.eq(acc[k] + Mux(insn.bias, bias[k], 0)) for k, b in enumerate(biased)]
         # acc·mul mod 2**w = lo·mul + hi·mul·2**half (mod 2**w), lo and hi the halves of acc: the two
         # partial products are registered apart from their sum, so no adder follows a multiplier.
         w, half = c.acc_width, c.acc_width // 2
@@ -127,7 +128,7 @@ class StoreUnit(wiring.Component):
             plain = pipe(m, plain, f"plain_{n + 1}")
         element = pipe(m, Mux(insn.requant, Cat(quantized), plain), "element")
         valid = [read_valid]
-        for n in range(5):
+        for n in range(6):
             valid.append(pipe(m, valid[-1], f"stage_valid_{n + 1}"))
         m.d.comb += [queue.w_data.eq(element), queue.w_en.eq(valid[-1])]
         in_flight = Cat(*valid).any()

@@ -71,3 +71,24 @@ def test_program_without_loader_says_how_to_get_it(capsys, tmp_path):
     bitstream.write_bytes(b"\0")
     assert main(["fpga", "program", "--board", "ulx3s-85f", str(bitstream)]) == 1
     assert "openFPGALoader is not installed" in capsys.readouterr().err
+
+
+def test_report_record_keeps_reports_for_the_docs_table(tmp_path, monkeypatch, capsys):
+    """`fpga report --record` copies build reports into the docs' report folder, from which the table in
+    docs/fpga.md is generated."""
+    import json
+
+    from tilewright.cli import docgen
+    report = {"board": "ulx3s-45f", "title": "ULX3S", "config": "compact", "clock_mhz": 25.0, "seed": 3,
+              "fmax": {"clk": {"achieved_mhz": 31.5, "constraint_mhz": 25.0}}, "timing_met": True,
+              "synthesis": {"LUT": {"used": 100, "available": 43848}}, "seconds": {"place_and_route": 60.0}}
+    build = tmp_path / "build" / "one"
+    build.mkdir(parents=True)
+    (build / "report.json").write_text(json.dumps(report))
+    monkeypatch.setattr(docgen, "FPGA_REPORTS", tmp_path / "recorded")
+    assert main(["fpga", "report", str(tmp_path / "build"), "--record"]) == 0
+    recorded = tmp_path / "recorded" / "ulx3s-45f-compact-25MHz-seed3.json"
+    assert json.loads(recorded.read_text()) == report
+    table = docgen.fpga_build_table()
+    assert "| ulx3s-45f | compact | 25 | 31.5 | met | 100/43848 |" in table and "1 recorded build " in table
+    assert "recorded" in capsys.readouterr().out
