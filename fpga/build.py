@@ -114,9 +114,10 @@ def _pnr_args(board, platform, *, freq_mhz, seed):
     common = ["--json", "top.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--report", "pnr_report.json",
               "--timing-allow-fail"]
     if board.family == "ecp5":
+        # router2: router1 (the ECP5 default) left thousands of wires overused after an hour on the SoC.
         return [tool("nextpnr-ecp5"), platform._nextpnr_device_options[platform.device], "--package",
                 platform._nextpnr_package_options[platform.package].upper(), "--speed", str(platform.speed),
-                "--lpf", "top.lpf", "--textcfg", "top.config", *common]
+                "--lpf", "top.lpf", "--textcfg", "top.config", "--router", "router2", *common]
     if board.family == "ice40":
         return [tool("nextpnr-ice40"), platform._nextpnr_device_options[platform.device], "--package",
                 platform.package.lower(), "--pcf", "top.pcf", "--asc", "top.asc", *common]

@@ -151,9 +151,9 @@ class _BurstSplitter(wiring.Component):
         with m.If(self.cmd.valid & self.cmd.ready):
             p = self.cmd.payload
             m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), rows_left.eq(p.rows), stride.eq(p.stride),
-                         row_bytes.eq(p.row_bytes), setup.eq((p.rows != 0) & (p.row_bytes != 0))]
-        with m.If(setup):
-            m.d.sync += [setup.eq(0), counts.eq(1), next_row.eq(row_addr + stride),
+                         row_bytes.eq(p.row_bytes), setup.eq(1)]
+        with m.If(setup):      # an empty transfer ends here
+            m.d.sync += [setup.eq(0), counts.eq((rows_left != 0) & (row_bytes != 0)), next_row.eq(row_addr + stride),
                          row_beats.eq((row_bytes + B - 1) >> shift), row_beats_1.eq((row_bytes + 2 * B - 1) >> shift),
                          bytes_lo.eq((row_bytes + B - 1)[:shift] if shift else 0),
                          last_lo.eq((row_bytes - 1)[:shift] if shift else 0)]
