@@ -30,6 +30,7 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from tilewright.config import load_config
+from tilewright.fpga.boards import get_board
 from tilewright.fpga.build import SYNTH, tool, utilization_from_stat
 from tilewright.hw.compute import ComputeUnit
 from tilewright.hw.core import ComputeCore
@@ -61,10 +62,13 @@ def synthesise(component, family, workdir):
 
 
 def place_and_route(workdir, freq_mhz, seed=1):
-    """Fmax (MHz) and critical path of ``workdir/unit.json`` placed and routed out of context on an ECP5-85F."""
-    args = [tool("nextpnr-ecp5"), "--85k", "--package", "CABGA381", "--speed", "6", "--out-of-context",
-            "--json", "unit.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--report", "report.json",
-            "--timing-allow-fail", "-q", "-l", "pnr.log"]
+    """Fmax (MHz) and critical path of ``workdir/unit.json`` placed and routed out of context on the
+    ULX3S-85F's ECP5 (device, package and speed from its board platform)."""
+    platform = get_board("ulx3s-85f").platform_class()
+    args = [tool("nextpnr-ecp5"), platform._nextpnr_device_options[platform.device], "--package",
+            platform._nextpnr_package_options[platform.package].upper(), "--speed", str(platform.speed),
+            "--out-of-context", "--json", "unit.json", "--freq", f"{freq_mhz:g}",
+            "--seed", str(seed), "--report", "report.json", "--timing-allow-fail", "-q", "-l", "pnr.log"]
     subprocess.run(args, cwd=workdir, check=True, capture_output=True)
     report = json.loads((workdir / "report.json").read_text())
     fmax = min((v["achieved"] for v in report.get("fmax", {}).values()), default=None)
