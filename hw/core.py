@@ -399,8 +399,8 @@ class _AluLane:
         other = pipe(m, early, f"alu_other_{lane}")
         # SHR: a negative amount shifts left.
         shift_a, shift_left = pipe(m, a, f"alu_shift_a_{lane}"), pipe(m, sign, f"alu_shift_left_{lane}")
-        right, left = pipe(m, right, f"alu_shr_q_{lane}"), pipe(m, left, f"alu_shl_q_{lane}")
-        shifted = Mux(shift_left, (shift_a << left)[:width], shift_a >> right)
+        right_q, left_q = pipe(m, right, f"alu_shr_q_{lane}"), pipe(m, left, f"alu_shl_q_{lane}")
+        shifted = Mux(shift_left, (shift_a << left_q)[:width], shift_a >> right_q)
         # a·b mod 2**width = lo(a)·lo(b) + (lo(a)·hi(b) + hi(a)·lo(b))·2**half (mod 2**width)
         half = width // 2
         a_bits, b_bits = a.as_unsigned(), b.as_unsigned()
