@@ -9,11 +9,12 @@ GEMM pipeline (one micro-op enters per cycle, no stalls)::
     S0 uop read, registered · S1 indices, inp/wgt read · S2 range check, inp/wgt registered
     · S3 products · tree levels (registered, log2(block_in) of them) · acc += sum, write
 
-ALU pipeline (one micro-op per cycle; a micro-op waits one cycle when the
-micro-op right ahead of it writes its operand)::
+ALU pipeline (one micro-op per ``vector_passes`` cycles — one per cycle when
+every accumulator lane has its own ALU — plus a cycle when the micro-op right
+ahead of it writes its operand)::
 
     S0 uop read, registered · S1 indices, acc[dst] and acc[src] read · S2 range check,
-    operands registered · S3 op · S4 write
+    operands registered · S3 op, vector_width lanes a cycle · S4 gather, write
 
 Every SRAM read is registered before logic uses it: a block RAM's
 clock-to-out is more than half a 100 MHz cycle on the ECP5. The
@@ -25,7 +26,7 @@ into S2's operands. Every result is also written, narrowed to the output
 width, to OUT.
 """
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import C, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
@@ -224,7 +225,7 @@ class ComputeCore(wiring.Component):
             m.d.sync += active.eq(1)
 
         # -- S0: micro-op read -------------------------------------------------
-        # `stall` (an ALU micro-op waiting in S2 for its operand) holds S0 and S1.
+        # `stall` (an ALU micro-op waiting in S2, see the ALU below) holds S0 and S1.
         # The micro-op is registered as it leaves the SRAM, before any logic uses
         # it: a block RAM's clock-to-out is more than half a 100 MHz cycle.
         stall = Signal()
@@ -307,35 +308,56 @@ class ComputeCore(wiring.Component):
             m.d.sync += acc_row.eq(self.acc_read_a.data)
 
         # -- ALU: S2 operands · S3 op · S4 write -------------------------------
-        # Reads are issued in S1, results written in S4; S2 captures its
-        # operands with the row S4 writes forwarded. A micro-op whose operand
-        # is the row of the micro-op right ahead of it (in S3, its result not
-        # ready) waits one cycle in S2 (`stall`) and takes it from S4.
-        lanes = batch * BO
-        held = Signal()             # the S2 micro-op's second cycle: its read data is gone
-        m.d.comb += stall.eq(s2_valid & s2_hazard & ~held)
-        m.d.sync += held.eq(stall)
+        # A micro-op's rows are read in S1 and captured as it leaves S2, with
+        # the row S4 writes forwarded; a micro-op held in S2 reads its rows
+        # again every cycle, so what it captures is never stale. S3 runs
+        # `vector_width` lanes a cycle: a micro-op spends `vector_passes`
+        # cycles there, its operand rows shifting down a slice each cycle, and
+        # S4 gathers the slices into the row it writes. The micro-op in S2
+        # waits while S3 has slices left (`stall`), and one cycle more when it
+        # reads the row the micro-op in S3 writes.
+        lanes, width, passes = batch * BO, c.vector_width, c.vector_passes
         a_op = Signal(self.acc_shape)
         b_op = Signal(self.acc_shape)
-        x_valid = pipe(m, s2_ok & ~is_gemm & ~stall, "x_valid")
-        x_dst = pipe(m, s2_dst[:acc_bits], "x_dst")
-        w_valid = pipe(m, x_valid, "w_valid")
+        x_valid = Signal()          # S3 holds an ALU micro-op
+        x_dst = Signal(acc_bits)
+        x_slice = Signal(range(passes))
+        x_last = x_slice == passes - 1 if passes > 1 else C(1)
+        m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_last | s2_hazard))
+        with m.If(s2_ok & ~is_gemm & ~stall):
+            m.d.sync += [x_valid.eq(1), x_dst.eq(s2_dst[:acc_bits]), x_slice.eq(0)]
+        with m.Elif(x_valid & ~x_last):
+            m.d.sync += x_slice.eq(x_slice + 1)
+        with m.Else():
+            m.d.sync += x_valid.eq(0)
+        w_valid = pipe(m, x_valid & x_last, "w_valid")      # S4 completes a row
         w_dst = pipe(m, x_dst, "w_dst")
-        alu_lanes = [_AluLane(m, alu_op, a_op[lane], b_op[lane], c.acc_width, lane) for lane in range(lanes)]
+        alu_lanes = [_AluLane(m, alu_op, a_op[lane], b_op[lane], c.acc_width, lane) for lane in range(width)]
         w_result = Signal(self.acc_shape)
-        for lane, alu_lane in enumerate(alu_lanes):
-            m.d.comb += w_result[lane].eq(alu_lane.result)
+        w_slice = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
+        if passes > 1:
+            # The row's earlier slices; slices of one micro-op reach S4 on consecutive cycles.
+            gathered = Signal((lanes - width) * c.acc_width)
+            m.d.sync += gathered.eq(Cat(gathered[len(w_slice):], w_slice))
+            m.d.comb += w_result.eq(Cat(gathered, w_slice))
+        else:
+            m.d.comb += w_result.eq(w_slice)
         for op, port, row in ((a_op, self.acc_read_a, s2_dst), (b_op, self.acc_read_b, s2_src)):
+            with m.If(x_valid & ~x_last):
+                m.d.sync += op.eq(op.as_value()[len(w_slice):])
             if op is b_op:
-                with m.If(use_imm):
+                with m.Elif(use_imm):
                     m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
-            with (m.Elif if op is b_op else m.If)(w_valid & (w_dst == row[:acc_bits])):
+            with m.Elif(w_valid & (w_dst == row[:acc_bits])):
                 m.d.sync += op.eq(w_result)
-            with m.Elif(~held):
+            with m.Else():
                 m.d.sync += op.eq(port.data)
 
         with m.If(is_gemm):
             m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
+        with m.Elif(stall):
+            m.d.comb += [self.acc_read_a.addr.eq(s2_dst), self.acc_read_a.en.eq(1),
+                         self.acc_read_b.addr.eq(s2_src), self.acc_read_b.en.eq(1)]
         with m.Else():
             m.d.comb += [self.acc_read_a.addr.eq(dst), self.acc_read_a.en.eq(1),
                          self.acc_read_b.addr.eq(src), self.acc_read_b.en.eq(1)]

@@ -23,8 +23,9 @@ class StoreUnit(wiring.Component):
 
     Reads ``y_size·x_size`` consecutive OUT entries from ``sram_base`` — or,
     for a requantizing STORE, ACC entries, each lane turned into
-    ``clip(((acc + bias) · mul) >> shift, lo, hi)`` — one per cycle through a
-    seven-stage pipeline and a small FIFO, into a :class:`RowWriter`; retires
+    ``clip(((acc + bias) · mul) >> shift, lo, hi)`` — one per cycle (one per
+    ``vector_passes`` cycles when requantizing) through a seven-stage
+    pipeline and a small FIFO, into a :class:`RowWriter`; retires
     when every write response is in. A ``set_bias`` STORE reads one ACC entry
     into the bias register instead.
 
@@ -87,6 +88,11 @@ class StoreUnit(wiring.Component):
         ]
         # SRAM reads feed the FIFO through seven stages, one step each: read ·
         # registered · + bias · × mul (two halves) · sum · >> shift · clip.
+        # The requantizing steps take `vector_width` lanes a cycle: an ACC
+        # entry spends `vector_passes` cycles in the registered stage, shifting
+        # down a slice each cycle (the bias register turns with it), and the
+        # clipped slices are gathered into the element; such a STORE reads an
+        # entry every `vector_passes` cycles.
         addr = Signal(c.index_bits("out") + 1)
         left = Signal(32)
         issue = Signal()
@@ -96,15 +102,35 @@ class StoreUnit(wiring.Component):
         m.d.sync += read_valid.eq(issue)
         with m.If(issue):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
-        lanes = c.batch * c.block_out
-        bias = Signal.like(self.acc_read.data)          # the bias register: zero after reset
+        width, passes, w = c.vector_width, c.vector_passes, c.acc_width
+        slice_bits = width * w
         plain = pipe(m, self.out_read.data, "plain_0")
-        acc = pipe(m, self.acc_read.data, "acc_data")
-        biased = [Signal(signed(c.acc_width), name=f"biased_{k}") for k in range(lanes)]   # wraps, as ALU ADD does
+        acc = Signal.like(self.acc_read.data)             # the entry being requantized, slice 0 at the bottom
+        bias = Signal.like(self.acc_read.data)            # the bias register: zero after reset
+        valid, last = [read_valid, Signal(name="stage_valid_1")], [None, Signal(name="stage_last_1")]
+        if passes > 1:
+            part = Signal(range(passes))
+            m.d.comb += last[1].eq(~insn.requant | (part == passes - 1))
+            with m.If(read_valid):
+                m.d.sync += [valid[1].eq(1), part.eq(0)]
+            with m.Elif(valid[1] & ~last[1]):
+                m.d.sync += part.eq(part + 1)
+            with m.Else():
+                m.d.sync += valid[1].eq(0)
+            with m.If(valid[1] & ~last[1]):
+                m.d.sync += acc.eq(acc.as_value()[slice_bits:])
+            with m.Else():
+                m.d.sync += acc.eq(self.acc_read.data)
+            with m.If(valid[1] & insn.requant):
+                m.d.sync += bias.eq(Cat(bias.as_value()[slice_bits:], bias.as_value()[:slice_bits]))
+        else:
+            m.d.sync += [valid[1].eq(read_valid), acc.eq(self.acc_read.data)]
+            m.d.comb += last[1].eq(1)
+        biased = [Signal(signed(w), name=f"biased_{k}") for k in range(width)]   # wraps, as ALU ADD does
         m.d.sync += [b.eq(acc[k] + Mux(insn.bias, bias[k], 0)) for k, b in enumerate(biased)]
         # acc·mul mod 2**w = lo·mul + hi·mul·2**half (mod 2**w), lo and hi the halves of acc: the two
         # partial products are registered apart from their sum, so no adder follows a multiplier.
-        w, half = c.acc_width, c.acc_width // 2
+        half = w // 2
         products = []
         for k, b in enumerate(biased):
             low = pipe(m, (b.as_unsigned()[:half] * insn.mul)[:w], f"product_lo_{k}")
@@ -114,7 +140,7 @@ class StoreUnit(wiring.Component):
         lo = Mux(insn.relu, 0, -hi - 1)
         quantized = []
         for k, p in enumerate(products):
-            shifted = Signal(signed(c.acc_width), name=f"shifted_{k}")
+            shifted = Signal(signed(w), name=f"shifted_{k}")
             lane = Signal(signed(c.out_width), name=f"quantized_{k}")
             m.d.sync += shifted.eq(p >> insn.shift)
             with m.If(shifted > hi):
@@ -124,14 +150,26 @@ class StoreUnit(wiring.Component):
             with m.Else():
                 m.d.comb += lane.eq(shifted)
             quantized.append(lane)
+        quantized = Cat(quantized)
         for n in range(4):
             plain = pipe(m, plain, f"plain_{n + 1}")
-        element = pipe(m, Mux(insn.requant, Cat(quantized), plain), "element")
-        valid = [read_valid]
-        for n in range(6):
-            valid.append(pipe(m, valid[-1], f"stage_valid_{n + 1}"))
+            valid.append(pipe(m, valid[-1], f"stage_valid_{n + 2}"))
+            last.append(pipe(m, last[-1], f"stage_last_{n + 2}"))
+        if passes > 1:
+            # The element's earlier slices; slices of one entry are clipped on consecutive cycles.
+            gathered = Signal((c.batch * c.block_out - width) * c.out_width)
+            m.d.sync += gathered.eq(Cat(gathered[len(quantized):], quantized))
+            quantized = Cat(gathered, quantized)
+        element = pipe(m, Mux(insn.requant, quantized, plain), "element")
+        valid.append(pipe(m, valid[-1] & last[-1], "stage_valid_6"))
         m.d.comb += [queue.w_data.eq(element), queue.w_en.eq(valid[-1])]
         in_flight = Cat(*valid).any()
+        gap = Signal(range(passes))     # cycles until a requantizing STORE may read the next entry
+        if passes > 1:
+            with m.If(issue & insn.requant):
+                m.d.sync += gap.eq(passes - 1)
+            with m.Elif(gap != 0):
+                m.d.sync += gap.eq(gap - 1)
 
         done = Signal()
         error = Signal(isa.ERROR_BITS)
@@ -169,7 +207,7 @@ class StoreUnit(wiring.Component):
                 m.next = "IDLE"
             with m.State("STREAM"):
                 # Room for the elements in the pipeline and the one issued now.
-                m.d.comb += issue.eq((left != 0) & (queue.level + sum(valid) + 1 <= queue.depth))
+                m.d.comb += issue.eq((left != 0) & (gap == 0) & (queue.level + sum(valid) + 1 <= queue.depth))
                 with m.If((left == 0) & ~in_flight & ~queue.r_rdy & ~writer.busy):
                     m.d.comb += [done.eq(1), error.eq(Mux(writer.error, ErrorCode.BUS_ERROR, 0))]
                     m.next = "IDLE"

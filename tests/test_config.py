@@ -35,12 +35,12 @@ def test_fingerprint_ignores_name_and_tracks_parameters():
 
 
 def test_options_at_their_default_leave_the_fingerprint_as_before_they_existed():
-    """perf_counters and soft_products came later: a config that leaves them at their defaults hashes the
-    parameters without them."""
+    """perf_counters, soft_products and vector_lanes came later: a config that leaves them at their
+    defaults hashes the parameters without them."""
     import hashlib
     import json
     c = PRESETS["small"]
-    params = {k: v for k, v in c.params().items() if k not in ("perf_counters", "soft_products")}
+    params = {k: v for k, v in c.params().items() if k not in ("perf_counters", "soft_products", "vector_lanes")}
     assert c.fingerprint == hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -48,6 +48,9 @@ def test_options_at_their_default_leave_the_fingerprint_as_before_they_existed()
     ({"block_in": 12}, r"^block_in=12 must be a power of two$"),
     ({"acc_buffer_bytes": 3000}, r"^acc_buffer_bytes=3000 must be a power of two$"),
     ({"inp_width": 4}, r"^inp_width=4 is not supported; choose one of 8, 16$"),
+    ({"vector_lanes": 3}, r"^vector_lanes=3 must be 0 \(one per accumulator lane\) or a power of two up to "
+                          r"batch·block_out = 16$"),
+    ({"vector_lanes": 32}, r"^vector_lanes=32 must be 0"),
     ({"dram_bus_width": 96}, r"^dram_bus_width=96 is not an AXI data width"),
     ({"wgt_buffer_bytes": 128}, r"^wgt_buffer_bytes=128 is smaller than one wgt block \(256 bytes\)$"),
     ({"batch": "1"}, r"^batch must be an integer, not '1'$"),

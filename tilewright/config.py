@@ -79,6 +79,13 @@ class HwConfig:
         How many of the GEMM's ``batch·block_out·block_in`` products are built
         from logic (shift-and-add) instead of DSP blocks, for FPGAs whose DSPs
         run out. The results are the same.
+    vector_lanes : int
+        Accumulator lanes the ALU and the requantizing STORE process per
+        cycle; 0 (the default) builds one per lane (``batch·block_out``).
+        With fewer, a power of two that divides ``batch·block_out``, an ALU
+        micro-op takes ``batch·block_out / vector_lanes`` cycles and so does
+        each element of a requantizing STORE, in that much less logic and
+        as many fewer DSP blocks. The results are the same.
     perf_counters : bool
         Build the performance counters (:data:`tilewright.hw.regs.COUNTERS`).
         Without them only ``cycles`` counts, the other counter registers read
@@ -102,6 +109,7 @@ class HwConfig:
     cmd_queue_depth: int = 512
     dram_bus_width: int = 128
     soft_products: int = _option(0)
+    vector_lanes: int = _option(0)
     perf_counters: bool = _option(True)
     name: str = dataclasses.field(default="custom", compare=False)
 
@@ -128,6 +136,10 @@ class HwConfig:
         if not 0 <= self.soft_products <= self.macs_per_cycle:
             raise ConfigError(f"soft_products={self.soft_products} must be between 0 and the GEMM's "
                               f"{self.macs_per_cycle} products")
+        lanes = self.batch * self.block_out
+        if self.vector_lanes and not (_is_pow2(self.vector_lanes) and self.vector_lanes <= lanes):
+            raise ConfigError(f"vector_lanes={self.vector_lanes} must be 0 (one per accumulator lane) or a "
+                              f"power of two up to batch·block_out = {lanes}")
         if self.dram_bus_width not in _BUS_WIDTHS:
             raise ConfigError(f"dram_bus_width={self.dram_bus_width} is not an AXI data width; "
                               f"choose one of {', '.join(map(str, _BUS_WIDTHS))}")
@@ -205,6 +217,16 @@ class HwConfig:
     def uop_bits_stored(self):
         """Bits a micro-op occupies in SRAM and DRAM: 32 or 64."""
         return 32 if self.uop_bits <= 32 else 64
+
+    @property
+    def vector_width(self):
+        """Accumulator lanes the ALU and the requantizing STORE process per cycle."""
+        return self.vector_lanes or self.batch * self.block_out
+
+    @property
+    def vector_passes(self):
+        """Cycles one ALU micro-op (or one requantized element) takes: ``batch·block_out / vector_width``."""
+        return self.batch * self.block_out // self.vector_width
 
     @property
     def bus_bytes(self):

@@ -40,6 +40,9 @@ BATCH2 = TINY.replace(name="tiny_b2", batch=2, block_out=8)
 # 9 of 16 products in logic (the split runs through a lane), and 16-bit data all in logic
 SOFT = TINY.replace(name="tiny_soft", soft_products=9)
 SOFT16 = TINY.replace(name="tiny_soft16", inp_width=16, wgt_width=16, out_width=16, soft_products=16)
+# ALUs narrower than the accumulator row: one lane (4 passes per micro-op), and 2 of batch 2's 8 lanes
+VEC1 = TINY.replace(name="tiny_v1", vector_lanes=1)
+VEC2 = BATCH2.replace(name="tiny_b2_v2", vector_lanes=2)
 
 MEMS = ("uop", "inp", "wgt", "acc", "out")
 DRAM_BYTES = 1 << 16
@@ -166,7 +169,7 @@ def run_core(cfg, contents, insns):
             await ctx.tick()
             ctx.set(core.start, 0)
             cycles, retired = 1, 0
-            limit = insn.uop_count + 64
+            limit = insn.uop_count * (1 if is_gemm else cfg.vector_passes + 1) + 64
             while True:
                 assert ctx.get(busy) and not ctx.get(other), f"busy outputs wrong in cycle {cycles}"
                 assert not ctx.get(other_retire)
@@ -438,10 +441,11 @@ def test_alu_op(op, use_imm):
         check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_other_lane_layouts(cfg, op):
-    """ALU ops on a 16-bit accumulator (shift limits, wrap) and on batch 2 match fsim."""
+    """ALU ops on a 16-bit accumulator (shift limits, wrap), on batch 2, and with ALUs narrower than the
+    row (``vector_lanes``) match fsim."""
     rng = np.random.default_rng(int(op))
     for use_imm in (True, False):
         insn, uops = random_loop(rng, Alu, cfg, n_uops=6, iter_out=2, iter_in=2, alu_op=op, use_imm=use_imm,
@@ -449,27 +453,29 @@ def test_alu_other_lane_layouts(cfg, op):
         check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
+@pytest.mark.parametrize("cfg", [TINY, VEC1], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
-def test_alu_chain(op):
+def test_alu_chain(op, cfg):
     """Micro-op k+1 reads, as its source, the row micro-op k writes (a running prefix).
 
     The source row is read in the very cycle the previous micro-op writes it,
     so only the transparent read of port B gives the new value.
     """
     rng = np.random.default_rng(50 + int(op))
-    rows = [int(r) for r in rng.choice(TINY.acc_depth, 10, replace=False)]
+    rows = [int(r) for r in rng.choice(cfg.acc_depth, 10, replace=False)]
     uops = [(rows[k + 1], rows[k], 0) for k in range(9)]
     insn = Alu(uop_bgn=200, uop_end=209, iter_out=1, iter_in=2, alu_op=op)
-    check_against_fsim(insn, with_uops(random_contents(rng, TINY), 200, uops))
+    check_against_fsim(insn, with_uops(random_contents(rng, cfg), 200, uops), cfg)
 
 
 #: Immediates whose effect compounds when applied twice (MIN and MAX with an immediate never do).
 COMPOUNDING_IMM = {AluOp.ADD: 12345, AluOp.SHR: 1, AluOp.MUL: -3}
 
 
+@pytest.mark.parametrize("cfg", [TINY, VEC1], ids=lambda c: c.name)
 @pytest.mark.parametrize("use_imm", [True, False], ids=["imm", "vector"])
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
-def test_alu_repeated_destination(op, use_imm):
+def test_alu_repeated_destination(op, use_imm, cfg):
     """Micro-ops on the destination written 1, 2 or 3 micro-ops earlier (max pooling, sums) match fsim.
 
     Destinations repeat in back-to-back micro-ops (the transparent read of
@@ -477,11 +483,11 @@ def test_alu_repeated_destination(op, use_imm):
     """
     rng = np.random.default_rng([int(op), use_imm, 9])
     for distance in (1, 2, 3):
-        rows = [int(r) for r in rng.choice(TINY.acc_depth, distance + 1, replace=False)]
+        rows = [int(r) for r in rng.choice(cfg.acc_depth, distance + 1, replace=False)]
         uops = [(rows[u % distance], rows[(u + 1) % (distance + 1)], 0) for u in range(8)]
         insn = Alu(uop_bgn=40, uop_end=48, iter_out=2, iter_in=2, alu_op=op, use_imm=use_imm,
                    imm=COMPOUNDING_IMM.get(op, random_imm(rng, op)), src_factor_in=1)
-        check_against_fsim(insn, with_uops(random_contents(rng, TINY), 40, uops))
+        check_against_fsim(insn, with_uops(random_contents(rng, cfg), 40, uops), cfg)
 
 
 def test_alu_imm_ignores_source_index():
@@ -577,15 +583,17 @@ def test_instruction_sequence():
 SHAPES = [(1, 1, 1), (1, 1, 8), (2, 4, 1), (2, 2, 2), (1, 1, 64), (4, 4, 4), (8, 1, 8), (1, 64, 1)]
 
 
-@pytest.mark.parametrize("cls", [Gemm, Alu])
-def test_one_micro_op_per_cycle(cls):
-    """From ``start`` to ``done`` takes n + c cycles for n micro-ops, the same c for every n and loop shape.
+@pytest.mark.parametrize("cls, cfg", [(Gemm, TINY), (Alu, TINY), (Alu, VEC1)], ids=["Gemm", "Alu", "Alu-tiny_v1"])
+def test_one_micro_op_per_cycle(cls, cfg):
+    """From ``start`` to ``done`` takes n·p + c cycles for n micro-ops, the same c for every n and loop
+    shape; p is 1, or ``vector_passes`` for ALU micro-ops on ALUs narrower than the row.
 
     The loop generator must not lose a cycle moving between loop levels;
     results still match fsim. GEMM micro-ops on a repeated row (reductions)
     run at full rate too; ALU micro-ops here never read the row the one
     ahead of them writes (see the next test).
     """
+    passes = cfg.vector_passes if cls is Alu else 1
     rng = np.random.default_rng(64)
     overhead = {}
     for iter_out, iter_in, n_uops in SHAPES:
@@ -595,11 +603,11 @@ def test_one_micro_op_per_cycle(cls):
             insn = replace(insn, dst_factor_out=n_uops * iter_in * 2, dst_factor_in=n_uops * 2, src_factor_out=0,
                            src_factor_in=0)
             uops = [(2 * u, 2 * u + 1, 0) for u in range(n_uops)]
-            if (iter_out - 1) * insn.dst_factor_out + (iter_in - 1) * insn.dst_factor_in + 2 * n_uops > TINY.acc_depth:
+            if (iter_out - 1) * insn.dst_factor_out + (iter_in - 1) * insn.dst_factor_in + 2 * n_uops > cfg.acc_depth:
                 continue
         n = insn.uop_count
-        report = check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
-        overhead[(iter_out, iter_in, n_uops)] = report["cycles"] - n
+        report = check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
+        overhead[(iter_out, iter_in, n_uops)] = report["cycles"] - n * passes
     if cls is Gemm:
         insn = Gemm(uop_bgn=0, uop_end=8, iter_out=2, iter_in=4, src_factor_in=1)
         report = check_against_fsim(insn, with_uops(random_contents(rng, TINY), 0, [(5, u, u) for u in range(8)]))
@@ -607,8 +615,9 @@ def test_one_micro_op_per_cycle(cls):
     assert len(overhead) >= 4 and len(set(overhead.values())) == 1, f"cycles - n per shape: {overhead}"
 
 
+@pytest.mark.parametrize("cfg", [TINY, VEC1], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", [AluOp.ADD, AluOp.MUL, AluOp.SHR])
-def test_alu_chain_waits_one_cycle_per_dependent_micro_op(op):
+def test_alu_chain_waits_one_cycle_per_dependent_micro_op(op, cfg):
     """An ALU micro-op reading the row the micro-op right ahead of it writes waits one cycle (that result
     is a stage from ready); one reading a row written two or more micro-ops earlier does not. Both match
     fsim."""
@@ -616,5 +625,5 @@ def test_alu_chain_waits_one_cycle_per_dependent_micro_op(op):
     cycles = {}
     for name, uops in (("chain", [(5, u, u) for u in range(8)]), ("apart", [(u, u + 8, u) for u in range(8)])):
         insn = Alu(uop_bgn=0, uop_end=8, iter_out=1, iter_in=4, alu_op=op)
-        cycles[name] = check_against_fsim(insn, with_uops(random_contents(rng, TINY), 0, uops))["cycles"]
+        cycles[name] = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, uops), cfg)["cycles"]
     assert cycles["chain"] - cycles["apart"] == 31, cycles    # 32 micro-ops on one row: 31 wait
