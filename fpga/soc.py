@@ -50,7 +50,9 @@ class SocCore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        m.submodules.accelerator = acc = Accelerator(cfg)
+        # Addresses as wide as the memory: the DMA arithmetic shrinks, and an access beyond it is the
+        # same BUS_ERROR, found before anything moves (as fsim finds it).
+        m.submodules.accelerator = acc = Accelerator(cfg, addr_width=(self.mem_bytes - 1).bit_length())
         m.submodules.memory = mem = OnChipMemory(size=self.mem_bytes, data_width=cfg.dram_bus_width,
                                                  id_width=AXI_ID_WIDTH, ram_style=self.ram_style)
         m.submodules.bridge = bridge = HostBridge(fingerprint=cfg.fingerprint, mem_bytes=self.mem_bytes,

@@ -39,29 +39,31 @@ from .sram import sram_shape
 
 __all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply"]
 
-OFFSET_BITS = 32
-
-
 class LoopGenerator(wiring.Component):
     """Emits ``(u, offsets)`` for ``o < iter_out, i < iter_in, u ∈ [uop_bgn, uop_end)``, one per cycle.
 
     Offsets are ``o·factor_out + i·factor_in`` for each of the three
-    indices, kept by adders (no multipliers). ``stop`` ends the walk early;
-    ``hold`` keeps the current output for another cycle.
+    indices, kept by adders (no multipliers). Each is ``index_bits + 1``
+    bits wide for its ``index_bits``-bit factors and saturates at all ones:
+    the indices it makes are only ever compared with a buffer depth of at
+    most ``2**index_bits`` (out of range, or exact). ``stop`` ends the walk
+    early; ``hold`` keeps the current output for another cycle.
     """
 
-    def __init__(self, *, uop_bits):
+    def __init__(self, *, uop_bits, index_bits):
         self.uop_bits = uop_bits
-        fields = {"u": uop_bits, "dst": OFFSET_BITS, "src": OFFSET_BITS, "wgt": OFFSET_BITS, "last": 1}
+        self.index_bits = dict(zip(("dst", "src", "wgt"), index_bits))
+        offsets = {n: b + 1 for n, b in self.index_bits.items()}
         super().__init__({
             "start": In(1),
             "uop_bgn": In(uop_bits), "uop_end": In(uop_bits + 1),
             "iter_out": In(isa.LOOP_BITS), "iter_in": In(isa.LOOP_BITS),
-            "factors": In(data.ArrayLayout(OFFSET_BITS, 6)),   # dst, src, wgt × (out, in)
+            "factors": In(data.StructLayout({f"{n}_{level}": b for n, b in self.index_bits.items()
+                                             for level in ("out", "in")})),
             "stop": In(1),
             "hold": In(1),
             "valid": Out(1),
-            "out": Out(data.StructLayout(fields)),
+            "out": Out(data.StructLayout({"u": uop_bits, **offsets, "last": 1})),
             "busy": Out(1),
         })
 
@@ -70,10 +72,16 @@ class LoopGenerator(wiring.Component):
         o = Signal(isa.LOOP_BITS)
         i = Signal(isa.LOOP_BITS)
         u = Signal(self.uop_bits + 1)
-        base = [Signal(OFFSET_BITS, name=f"base_{n}") for n in ("dst", "src", "wgt")]   # o·f_out
-        off = [Signal(OFFSET_BITS, name=f"off_{n}") for n in ("dst", "src", "wgt")]     # + i·f_in
-        f_out = [self.factors[2 * k] for k in range(3)]
-        f_in = [self.factors[2 * k + 1] for k in range(3)]
+        names = tuple(self.index_bits)
+        base = [Signal(self.index_bits[n] + 1, name=f"base_{n}") for n in names]   # o·f_out
+        off = [Signal(self.index_bits[n] + 1, name=f"off_{n}") for n in names]     # + i·f_in
+        f_out = [self.factors[f"{n}_out"] for n in names]
+        f_in = [self.factors[f"{n}_in"] for n in names]
+
+        def step(offset, factor):
+            total = offset + factor
+            return Mux(total[-1], (1 << len(offset)) - 1, total[:len(offset)])
+
         running = Signal()
         last_u = u == self.uop_end - 1
         last_i = i == self.iter_in - 1
@@ -82,9 +90,9 @@ class LoopGenerator(wiring.Component):
             self.valid.eq(running),
             self.busy.eq(running),
             self.out.u.eq(u),
-            self.out.dst.eq(off[0]), self.out.src.eq(off[1]), self.out.wgt.eq(off[2]),
             self.out.last.eq(last_u & last_i & last_o),
         ]
+        m.d.comb += [getattr(self.out, n).eq(off[k]) for k, n in enumerate(names)]
         with m.If(self.start):
             empty = (self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0)
             m.d.sync += [running.eq(~empty), o.eq(0), i.eq(0), u.eq(self.uop_bgn)]
@@ -96,11 +104,11 @@ class LoopGenerator(wiring.Component):
                 m.d.sync += u.eq(u + 1)
             with m.Elif(~last_i):
                 m.d.sync += [u.eq(self.uop_bgn), i.eq(i + 1)]
-                m.d.sync += [off[k].eq(off[k] + f_in[k]) for k in range(3)]
+                m.d.sync += [off[k].eq(step(off[k], f_in[k])) for k in range(3)]
             with m.Else():
                 m.d.sync += [u.eq(self.uop_bgn), i.eq(0), o.eq(o + 1)]
-                m.d.sync += [base[k].eq(base[k] + f_out[k]) for k in range(3)]
-                m.d.sync += [off[k].eq(base[k] + f_out[k]) for k in range(3)]
+                m.d.sync += [base[k].eq(step(base[k], f_out[k])) for k in range(3)]
+                m.d.sync += [off[k].eq(step(base[k], f_out[k])) for k in range(3)]
         return m
 
 
@@ -195,7 +203,8 @@ class ComputeCore(wiring.Component):
         c = self.cfg
         gemm = data.View(self.gemm_layout, self.insn)
         alu = data.View(self.alu_layout, self.insn)
-        m.submodules.loops = loops = LoopGenerator(uop_bits=c.index_bits("uop"))
+        m.submodules.loops = loops = LoopGenerator(
+            uop_bits=c.index_bits("uop"), index_bits=(c.index_bits("acc"), c.src_index_bits, c.index_bits("wgt")))
 
         # -- instruction latch and control ------------------------------------
         is_gemm = Signal()
@@ -209,11 +218,11 @@ class ComputeCore(wiring.Component):
         m.d.comb += [
             loops.uop_bgn.eq(gemm.uop_bgn), loops.uop_end.eq(gemm.uop_end),
             loops.iter_out.eq(gemm.iter_out), loops.iter_in.eq(gemm.iter_in),
-            loops.factors[0].eq(gemm.dst_factor_out), loops.factors[1].eq(gemm.dst_factor_in),
-            loops.factors[2].eq(gemm.src_factor_out), loops.factors[3].eq(gemm.src_factor_in),
+            loops.factors.dst_out.eq(gemm.dst_factor_out), loops.factors.dst_in.eq(gemm.dst_factor_in),
+            loops.factors.src_out.eq(gemm.src_factor_out), loops.factors.src_in.eq(gemm.src_factor_in),
         ]
         with m.If(gemm.opcode == isa.Opcode.GEMM):
-            m.d.comb += [loops.factors[4].eq(gemm.wgt_factor_out), loops.factors[5].eq(gemm.wgt_factor_in)]
+            m.d.comb += [loops.factors.wgt_out.eq(gemm.wgt_factor_out), loops.factors.wgt_in.eq(gemm.wgt_factor_in)]
         uop_range_bad = (gemm.uop_bgn > gemm.uop_end) | (gemm.uop_end > c.uop_depth)
         with m.If(self.start):
             m.d.sync += [
@@ -240,9 +249,7 @@ class ComputeCore(wiring.Component):
                          s1_valid.eq(uop_valid), s1.eq(uop_loop), uop.eq(self.uop_read.data)]
 
         # -- S1: indices; the SRAM reads take their low bits ------------------------
-        dst = Signal(OFFSET_BITS + 1)
-        src = Signal(OFFSET_BITS + 1)
-        wgt = Signal(OFFSET_BITS + 1)
+        dst, src, wgt = (Signal(len(loops.out[n]) + 1, name=n) for n in ("dst", "src", "wgt"))
         m.d.comb += [dst.eq(uop.dst + s1.dst), src.eq(uop.src + s1.src), wgt.eq(uop.wgt + s1.wgt)]
         m.d.comb += [
             self.inp_read.addr.eq(src), self.inp_read.en.eq(1),

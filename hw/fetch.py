@@ -5,9 +5,11 @@ requested when the buffer has room for all of it: however full the command
 queues get, fetch never holds the shared read channel waiting for them (a
 stalled R channel would starve the very units that empty them). The decoder
 checks each instruction as :func:`tilewright.isa.fetch_error` does and
-routes it by stream. The program must start on a 16-byte boundary; a
-misaligned address, or an error response to an instruction read, stops the
-run with ``BUS_ERROR``.
+routes it by stream. The program must start on a 16-byte boundary and lie
+below ``2**addr_width``; a misaligned address, a program beyond the bus's
+reach (both checked before anything is read, as the functional simulator
+does) or an error response to an instruction read stops the run with
+``BUS_ERROR``.
 """
 
 from amaranth import Module, Mux, Signal
@@ -85,9 +87,10 @@ class Fetch(wiring.Component):
         running = Signal()
         chunk = Signal(range(CHUNK + 1))
         m.d.comb += chunk.eq(Mux(count - requested >= CHUNK, CHUNK, count - requested))
-        misaligned = base[:4] != 0
+        outside = Signal()      # the program runs past the last address the bus reaches
+        bad_address = (base[:4] != 0) | outside      # misaligned or out of reach
         ask = (running & (requested != count) & (arriving == 0) & (buffer.level <= buffer.depth - CHUNK)
-               & ~self.halt & ~misaligned)
+               & ~self.halt & ~bad_address)
         m.d.comb += [
             reader.cmd.valid.eq(ask),
             reader.cmd.payload.addr.eq(base + requested * isa.INSN_BYTES),
@@ -119,7 +122,7 @@ class Fetch(wiring.Component):
             for flag in isa.illegal_flags(executing):
                 bad_flag |= routed & getattr(header, flag)
         error = Signal(isa.ERROR_BITS)
-        with m.If(misaligned | reader.error):
+        with m.If(bad_address | reader.error):
             m.d.comb += error.eq(ErrorCode.BUS_ERROR)
         with m.Elif(~opcode.matches(*isa.INSTRUCTION_TYPES)):
             m.d.comb += error.eq(ErrorCode.ILLEGAL_OPCODE)
@@ -152,5 +155,6 @@ class Fetch(wiring.Component):
             m.d.sync += running.eq(0)
         with m.If(self.start):
             m.d.sync += [base.eq(self.addr), count.eq(self.count), requested.eq(0), arriving.eq(0),
-                         self.index.eq(0), running.eq(1)]
+                         self.index.eq(0), running.eq(1),
+                         outside.eq(self.addr + self.count * isa.INSN_BYTES > 1 << self.addr_width)]
         return m

@@ -109,7 +109,7 @@ class Outcome:
 
 
 def run_fetch(words, *, base=0x200, ready=None, halt=None, seed=0, cfg=TINY, after=60, max_cycles=20000,
-              mem_bytes=1 << 14):
+              mem_bytes=1 << 14, addr_width=32):
     """Fetch ``words`` placed at byte address ``base``; returns an :class:`Outcome`.
 
     ``ready[stream](cycle, rng)`` and ``halt(cycle)`` shape the traffic (by
@@ -128,7 +128,7 @@ def run_fetch(words, *, base=0x200, ready=None, halt=None, seed=0, cfg=TINY, aft
         mem[base + 16 * k:base + 16 * (k + 1)] = word_of(w, cfg).to_bytes(16, "little")
     ready = {s: (ready or {}).get(s, lambda cycle, rng: rng.random() < 0.7) for s in Stream}
     halt = halt or (lambda cycle: False)
-    dut = Fetch(cfg, addr_width=32)
+    dut = Fetch(cfg, addr_width=addr_width)
     axi = dut.axi
     queues = {s: getattr(dut, STREAMS[s]) for s in Stream}
     out = Outcome({s: [] for s in Stream}, [], [], None, 0, 0, [], [])
@@ -294,6 +294,20 @@ def test_unaligned_program_address_is_a_bus_error(config, base):
     out = run_fetch(words, base=base, seed=0, cfg=cfg)
     assert [(err, index) for _, err, index in out.faults][:1] == [(isa.ErrorCode.BUS_ERROR, 0)]
     assert out.order == []
+
+
+@pytest.mark.parametrize("past_end", [0, 1, 7])
+def test_program_beyond_the_bus_is_a_bus_error(past_end):
+    """On a 14-bit bus a program ending at 16 KiB runs; one reaching ``past_end`` instructions further stops
+    at once with BUS_ERROR, nothing read (as fsim.run_dram with a 16 KiB DRAM)."""
+    rng = random.Random(past_end)
+    words = [random_legal(rng) for _ in range(20)]
+    out = run_fetch(words, base=(1 << 14) - 16 * (20 - past_end), seed=past_end, addr_width=14, mem_bytes=1 << 15)
+    if past_end:
+        assert [(err, index) for _, err, index in out.faults][:1] == [(isa.ErrorCode.BUS_ERROR, 0)]
+        assert out.order == []
+    else:
+        check_outcome(words, out)
 
 
 @pytest.mark.parametrize("kind", ILLEGAL, ids=ILLEGAL.keys())
