@@ -3,7 +3,9 @@
 A stream takes its next instruction from its command queue, pops the
 dependency tokens the instruction asks for (waiting while a queue is
 empty), lets an executor run it, then pushes tokens (waiting while a queue
-is full). Executors see only ``start`` / ``done`` / ``error``.
+is full). Executors see only ``start`` / ``done`` / ``error``. The
+instruction stays at the head of the command queue (in the FIFO's output
+register, no copy) until it retires or faults, and only then is it taken.
 """
 
 from amaranth import Module
@@ -36,7 +38,8 @@ class Sequencer(wiring.Component):
     -------
     cmd : In(stream.Signature(CommandLayout()))
     insn : Out(header layout)
-        The current instruction (whole word), stable from ``start`` to ``done``.
+        The current instruction (whole word): the head of ``cmd``, stable from
+        ``start`` to ``done``.
     index : Out(32)
         Its index in the program.
     start : Out(1)
@@ -90,11 +93,11 @@ class Sequencer(wiring.Component):
         h = self.insn
         pops_ready = (~h.pop_prev | self.prev.pop_ready) & (~h.pop_next | self.next.pop_ready)
         pushes_ready = (~h.push_prev | self.prev.push_ready) & (~h.push_next | self.next.push_ready)
+        m.d.comb += [self.insn.eq(self.cmd.payload.insn), self.index.eq(self.cmd.payload.index)]
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += [self.cmd.ready.eq(~self.halt), self.blocked.eq(~self.cmd.valid)]
+                m.d.comb += self.blocked.eq(~self.cmd.valid)
                 with m.If(self.cmd.valid & ~self.halt):
-                    m.d.sync += [self.insn.eq(self.cmd.payload.insn), self.index.eq(self.cmd.payload.index)]
                     m.next = "POP"
             with m.State("POP"):
                 m.d.comb += [
@@ -110,7 +113,7 @@ class Sequencer(wiring.Component):
                 m.d.comb += [self.busy.eq(1), self.executing.eq(1)]
                 with m.If(self.done):
                     with m.If(self.error != 0):
-                        m.d.comb += self.fault.eq(1)
+                        m.d.comb += [self.fault.eq(1), self.cmd.ready.eq(1)]
                         m.next = "IDLE"
                     with m.Else():
                         m.next = "PUSH"
@@ -123,6 +126,6 @@ class Sequencer(wiring.Component):
                 ]
                 with m.If(pushes_ready):
                     m.d.comb += [self.prev.push.eq(h.push_prev), self.next.push.eq(h.push_next),
-                                 self.retired.eq(1)]
+                                 self.retired.eq(1), self.cmd.ready.eq(1)]
                     m.next = "IDLE"
         return m

@@ -1,7 +1,7 @@
 """The store stream: STORE OUT, from the output SRAM to DRAM."""
 
 from amaranth import Cat, Module, Mux, Signal, signed
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import ReadPort
 from amaranth.lib.wiring import In, Out
 
@@ -68,7 +68,7 @@ class StoreUnit(wiring.Component):
         wiring.connect(m, seq.prev, wiring.flipped(self.prev))
         wiring.connect(m, writer.axi, wiring.flipped(self.axi))
 
-        insn = Signal(layouts[Opcode.STORE])
+        insn = data.View(layouts[Opcode.STORE], seq.insn.as_value())     # stable until it retires
         m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base))
         m.d.comb += [
             check.sram_base.eq(insn.sram_base), check.rows.eq(insn.y_size), check.cols.eq(insn.x_size),
@@ -176,7 +176,6 @@ class StoreUnit(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(seq.start):
-                    m.d.sync += insn.eq(seq.insn.as_value())
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += addr.eq(insn.sram_base)

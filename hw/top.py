@@ -59,19 +59,23 @@ class TraceSignature(wiring.Signature):
 
 
 class _CommandQueue(wiring.Component):
-    """A command FIFO as a stream pass-through."""
+    """A stream's command FIFO: room for ``depth`` instructions besides the one its sequencer executes.
+
+    The executing instruction stays at the head (``held``) until it retires;
+    ``empty`` means nothing waits behind it.
+    """
 
     def __init__(self, depth):
         self.depth = depth
         super().__init__({"w": In(stream.Signature(CommandLayout())), "r": Out(stream.Signature(CommandLayout())),
-                          "empty": Out(1)})
+                          "held": In(1), "empty": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.fifo = q = fifo.SyncFIFOBuffered(width=len(self.w.payload.as_value()), depth=self.depth)
+        m.submodules.fifo = q = fifo.SyncFIFOBuffered(width=len(self.w.payload.as_value()), depth=self.depth + 1)
         m.d.comb += [q.w_data.eq(self.w.payload), q.w_en.eq(self.w.valid), self.w.ready.eq(q.w_rdy),
                      self.r.payload.eq(q.r_data), self.r.valid.eq(q.r_rdy), q.r_en.eq(self.r.ready),
-                     self.empty.eq(q.level == 0)]
+                     self.empty.eq(q.level == self.held)]
         return m
 
 
@@ -122,6 +126,8 @@ class Datapath(wiring.Component):
         wiring.connect(m, queues["load"].r, load.cmd)
         wiring.connect(m, queues["compute"].r, compute.cmd)
         wiring.connect(m, queues["store"].r, store.cmd)
+        m.d.comb += [queues["load"].held.eq(load.busy), queues["compute"].held.eq(compute.busy),
+                     queues["store"].held.eq(store.busy)]
 
         # -- token queues: l2c, c2l, c2s, s2c ---------------------------------------
         tokens = {q: TokenQueue(depth=c.token_queue_depth) for q in isa.Queue}

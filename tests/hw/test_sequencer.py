@@ -5,19 +5,21 @@ readiness inputs, the executor's ``done``/``error`` and ``halt``, then
 samples every output and checks it against the phase of the current
 instruction, which the bench tracks from the handshakes it has seen:
 
-* **idle** (no instruction): ``cmd.ready`` is ``~halt``; blocked while
-  nothing is offered; an accepted command moves to *pop*.
+* **idle** (no instruction): blocked while nothing is offered; an offered
+  command moves to *pop* unless ``halt`` is high, and stays at the head of
+  the queue (``cmd.ready`` low) until it leaves.
 * **pop**: ``start`` (with one pop on each queue the flags name, all in the
   same cycle) exactly when every named queue has a token and ``halt`` is
   low; ``wait_pop_*`` high exactly while a named queue is empty.
 * **exec** (after ``start``): nothing but ``busy``/``executing`` until the
-  executor's ``done``; with an error, ``fault`` then idle and no push ever.
+  executor's ``done``; with an error, ``fault`` and ``cmd.ready`` (the
+  command leaves), then idle and no push ever.
 * **push**: one push on each named queue, all in the same cycle, exactly
-  when every named queue has room (``retired`` with it); ``wait_push_*`` high
+  when every named queue has room (``retired`` and ``cmd.ready`` with it); ``wait_push_*`` high
   exactly while a named queue is full.
 
-``insn`` and ``index`` must show the accepted command from acceptance until
-the instruction leaves.
+``insn`` and ``index`` must show the command from when it is taken until
+it leaves.
 """
 
 import dataclasses
@@ -81,7 +83,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
     ``exec_cycles(k)`` and ``errors(k)`` the executor's latency (≥ 1 cycle
     after ``start``) and error code for the k-th instruction, ``offer(cycle,
     rng)`` whether the command queue presents its next entry (once presented
-    it stays valid until taken). Returns the :class:`Trace`; fails if not
+    it stays valid until it leaves). Returns the :class:`Trace`; fails if not
     every command has left within ``max_cycles``.
     """
     rng = random.Random(seed)
@@ -127,7 +129,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             pops_ready = all(ready[f"{side}_pop"] or not flags[f"pop_{side}"] for side in ("prev", "next"))
             pushes_ready = all(ready[f"{side}_push"] or not flags[f"push_{side}"] for side in ("prev", "next"))
             if phase == "idle":
-                expect |= {"cmd_ready": not halted, "blocked": offered is None}
+                expect |= {"blocked": offered is None}
             elif phase == "pop":
                 go = pops_ready and not halted
                 expect |= {"busy": 1, "blocked": not pops_ready, "start": go,
@@ -135,9 +137,9 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
                            "wait_pop_prev": flags["pop_prev"] and not ready["prev_pop"],
                            "wait_pop_next": flags["pop_next"] and not ready["next_pop"]}
             elif phase == "exec":
-                expect |= {"busy": 1, "executing": 1, "fault": done and error != 0}
+                expect |= {"busy": 1, "executing": 1, "fault": done and error != 0, "cmd_ready": done and error != 0}
             else:
-                expect |= {"busy": 1, "blocked": not pushes_ready, "retired": pushes_ready,
+                expect |= {"busy": 1, "blocked": not pushes_ready, "retired": pushes_ready, "cmd_ready": pushes_ready,
                            "push_prev": pushes_ready and flags["push_prev"],
                            "push_next": pushes_ready and flags["push_next"],
                            "wait_push_prev": flags["push_prev"] and not ready["prev_push"],
@@ -151,8 +153,8 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
                     "insn and index hold the current command"
             trace.cycles.append({"phase": phase, "halt": halted, **ready, **got})
             # -- advance the model by what the edge sees ---------------------------
-            if phase == "idle" and offered is not None and got["cmd_ready"]:
-                current, offered, k, phase = offered, None, k + 1, "pop"
+            if phase == "idle" and offered is not None and not halted:
+                current, k, phase = offered, k + 1, "pop"
                 trace.taken.append((cycle, current[1]))
             elif phase == "pop" and got["start"]:
                 trace.started.append((cycle, current[1]))
@@ -162,7 +164,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             elif phase == "exec" and done:
                 if error:
                     trace.faults.append((cycle, current[1]))
-                    phase, current = "idle", None
+                    phase, current, offered = "idle", None, None
                 else:
                     phase = "push"
             elif phase == "exec":
@@ -170,7 +172,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             elif phase == "push" and got["retired"]:
                 trace.retired.append((cycle, current[1]))
                 trace.pushes += [(cycle, current[1], side) for side in ("prev", "next") if got[f"push_{side}"]]
-                phase, current = "idle", None
+                phase, current, offered = "idle", None, None
             if not pending and offered is None and phase == "idle":
                 return
             await ctx.tick()
