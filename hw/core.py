@@ -328,7 +328,7 @@ class ComputeCore(wiring.Component):
         b_op = Signal(self.acc_shape)
         x_valid = Signal()          # S3 holds an ALU micro-op
         x_dst = Signal(acc_bits)
-        x_slice = Signal(range(passes))
+        x_slice = Signal(range(max(passes, 2)))      # (one bit, unused, with a single pass)
         x_last = x_slice == passes - 1 if passes > 1 else C(1)
         m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_last | s2_hazard))
         with m.If(s2_ok & ~is_gemm & ~stall):

@@ -124,12 +124,21 @@ class PaddedLoad(wiring.Component):
             check.dram_limit.eq(per_type([(1 << self.addr_width) >> s for s in shifts])),
         ]
 
-        r = Signal.like(rows)
-        c = Signal.like(cols)
+        # The walk over the padded rectangle: row r, column c, and beside them whether each is inside
+        # the data. The flags change where a counter meets a bound registered at start, so the write
+        # path compares counters with registers only (no adders, no ordered compares).
+        r, c = Signal.like(rows), Signal.like(cols)
+        row_in, col_in = Signal(), Signal()
+        bound = {name: Signal.like(rows, name=name)
+                 for name in ("r_enter", "r_leave", "r_last", "c_enter", "c_leave", "c_last")}
+        starts = {"r": insn.y_pad0 == 0, "c": insn.x_pad0 == 0}     # the first row (column) is data
         addr = Signal(self.index_bits + 1)
-        in_data = ((r >= insn.y_pad0) & (r < insn.y_pad0 + insn.y_size)
-                   & (c >= insn.x_pad0) & (c < insn.x_pad0 + insn.x_size))
-        last_entry = (r == rows - 1) & (c == cols - 1)
+        in_data = row_in & col_in
+        last_entry = (r == bound["r_last"]) & (c == bound["c_last"])
+
+        def advanced(counter, inside, axis):
+            """The counter's flag after it steps past ``counter``: data from pad0 on, padding from pad0 + size on."""
+            return Mux(counter == bound[f"{axis}_enter"], 1, Mux(counter == bound[f"{axis}_leave"], 0, inside))
         write_now = Signal()
         elements = Signal(2 * isa.SIZE_BITS)       # DRAM elements written so far
         for E, packer in packers.items():
@@ -156,7 +165,12 @@ class PaddedLoad(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [r.eq(0), c.eq(0), addr.eq(insn.sram_base), elements.eq(0)]
+                    m.d.sync += [r.eq(0), c.eq(0), addr.eq(insn.sram_base), elements.eq(0),
+                                 row_in.eq(starts["r"]), col_in.eq(starts["c"])]
+                    for axis, pad0, size in (("r", insn.y_pad0, insn.y_size), ("c", insn.x_pad0, insn.x_size)):
+                        # pad0 - 1 wraps to all ones when pad0 is 0: a value the counter never reaches
+                        m.d.sync += [bound[f"{axis}_enter"].eq(pad0 - 1), bound[f"{axis}_leave"].eq(pad0 + size - 1)]
+                    m.d.sync += [bound["r_last"].eq(rows - 1), bound["c_last"].eq(cols - 1)]
                     m.d.comb += check.start.eq(1)
                     m.next = "CHECK"
             with m.State("CHECK"):
@@ -173,10 +187,10 @@ class PaddedLoad(wiring.Component):
                 m.d.comb += write_now.eq(~in_data | element_valid)
                 with m.If(write_now):
                     m.d.sync += addr.eq(addr + 1)
-                    with m.If(c == cols - 1):
-                        m.d.sync += [c.eq(0), r.eq(r + 1)]
+                    with m.If(c == bound["c_last"]):
+                        m.d.sync += [c.eq(0), col_in.eq(starts["c"]), r.eq(r + 1), row_in.eq(advanced(r, row_in, "r"))]
                     with m.Else():
-                        m.d.sync += c.eq(c + 1)
+                        m.d.sync += [c.eq(c + 1), col_in.eq(advanced(c, col_in, "c"))]
                     with m.If(in_data):
                         m.d.sync += elements.eq(elements + 1)
                     with m.If(last_entry):

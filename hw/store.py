@@ -164,7 +164,7 @@ class StoreUnit(wiring.Component):
         valid.append(pipe(m, valid[-1] & last[-1], "stage_valid_6"))
         m.d.comb += [queue.w_data.eq(element), queue.w_en.eq(valid[-1])]
         in_flight = Cat(*valid).any()
-        gap = Signal(range(passes))     # cycles until a requantizing STORE may read the next entry
+        gap = Signal(range(max(passes, 2)))     # cycles until a requantizing STORE may read the next entry
         if passes > 1:
             with m.If(issue & insn.requant):
                 m.d.sync += gap.eq(passes - 1)
