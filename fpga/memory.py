@@ -8,8 +8,8 @@ memory answer ``SLVERR`` (reads return zero, writes are dropped), as the
 simulation DRAM models do.
 """
 
-from amaranth import Const, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
@@ -35,6 +35,9 @@ class OnChipMemory(wiring.Component):
     host : In(HostPortSignature)
     """
 
+    #: Read beats that may wait for R: enough that a burst streams one beat per cycle.
+    R_FIFO_DEPTH = 4
+
     def __init__(self, *, size, data_width, addr_width=32, id_width=1, ram_style=None):
         if size % (data_width // 8):
             raise ValueError(f"memory size {size} is not a whole number of {data_width}-bit words")
@@ -54,25 +57,40 @@ class OnChipMemory(wiring.Component):
         axi, host = self.axi, self.host
         m.d.comb += write.addr.eq(read.addr)           # single-ported: one address
 
+        # -- read data: RAM · register · FIFO · R ----------------------------------------------
+        # The RAM's output is registered before anything uses it and R is fed from a small FIFO, so
+        # neither the R handshake nor the accelerator's logic lies on a path through the RAM (spread
+        # over dozens of block RAMs, those paths are long). A beat is read only when the FIFO has room
+        # for it and every beat already on its way.
+        tags = data.StructLayout({"axi": 1, "host": 1, "last": 1, "error": 1, "id": len(axi.arid)})
+        issued = Signal(tags)                # what the RAM's output holds this cycle
+        loaded = Signal(tags)                # what `word` holds
+        word = Signal(self.data_width)
+        m.d.sync += [loaded.eq(issued), word.eq(read.data)]
+        m.submodules.beats_out = out = fifo.SyncFIFO(width=self.data_width + tags.size,
+                                                     depth=self.R_FIFO_DEPTH)
+        out_tags = data.View(tags, out.r_data[self.data_width:])
+        m.d.comb += [
+            out.w_data.eq(Cat(word, loaded)), out.w_en.eq(loaded.axi),
+            axi.rvalid.eq(out.r_rdy), out.r_en.eq(axi.rready),
+            axi.rdata.eq(Mux(out_tags.error, 0, out.r_data[:self.data_width])),
+            axi.rresp.eq(Mux(out_tags.error, RESP_SLVERR, RESP_OKAY)),
+            axi.rlast.eq(out_tags.last), axi.rid.eq(out_tags.id),
+        ]
+        host_byte = Signal(range(word_bytes))
+        m.d.comb += [host.rvalid.eq(loaded.host), host.rdata.eq(word.word_select(host_byte, 8))]
+        room = out.level + issued.axi + loaded.axi < self.R_FIFO_DEPTH
+
         # -- one burst at a time ---------------------------------------------------------
-        addr = Signal(32)            # word index of the next beat
+        addr = Signal(len(axi.araddr) - shift + 1)      # word index of the next beat
         beats = Signal(9)            # beats left
         burst_id = Signal.like(axi.arid)
         write_error = Signal()
         prefer_write = Signal()      # reads and writes take turns between bursts
-        r_valid = Signal()           # a read beat is on R
-        r_error = Signal()
         in_range = addr < depth
-        host_byte = Signal(range(word_bytes))
 
-        m.d.comb += [axi.rid.eq(burst_id), axi.bid.eq(burst_id), axi.rvalid.eq(r_valid),
-                     axi.rdata.eq(Mux(r_error, 0, read.data)), axi.rresp.eq(Mux(r_error, RESP_SLVERR, RESP_OKAY)),
-                     axi.bresp.eq(Mux(write_error, RESP_SLVERR, RESP_OKAY)),
-                     read.en.eq(0)]
-        with m.If(axi.rvalid & axi.rready):
-            m.d.sync += r_valid.eq(0)
-        with m.If(host.rvalid):
-            m.d.sync += host.rvalid.eq(0)
+        m.d.comb += [axi.bid.eq(burst_id), axi.bresp.eq(Mux(write_error, RESP_SLVERR, RESP_OKAY)), read.en.eq(0)]
+        m.d.sync += issued.eq(0)
         with m.FSM():
             with m.State("IDLE"):
                 take_read = axi.arvalid & ~(prefer_write & axi.awvalid) & ~host.valid
@@ -90,15 +108,14 @@ class OnChipMemory(wiring.Component):
                     m.d.comb += [host.ready.eq(1), read.addr.eq(host.addr >> shift), read.en.eq(~host.write),
                                  write.data.eq(host.wdata.replicate(word_bytes)),
                                  write.en.eq(Mux(host.write, Const(1, word_bytes) << host.addr[:shift], 0))]
-                    m.d.sync += [host.rvalid.eq(~host.write), host_byte.eq(host.addr[:shift])]
+                    m.d.sync += [issued.host.eq(~host.write), host_byte.eq(host.addr[:shift])]
             with m.State("READ"):
-                # The next beat is read while the previous one leaves (the port holds it while R waits).
-                advance = (~r_valid | axi.rready) & (beats != 0)
+                advance = room & (beats != 0)
                 m.d.comb += [read.addr.eq(addr[:len(read.addr)]), read.en.eq(advance)]
                 with m.If(advance):
-                    m.d.sync += [r_valid.eq(1), r_error.eq(~in_range), addr.eq(addr + 1), beats.eq(beats - 1),
-                                 axi.rlast.eq(beats == 1)]
-                with m.If((beats == 0) & (~r_valid | axi.rready)):
+                    m.d.sync += [issued.axi.eq(1), issued.error.eq(~in_range), issued.last.eq(beats == 1),
+                                 issued.id.eq(burst_id), addr.eq(addr + 1), beats.eq(beats - 1)]
+                with m.If(beats == 0):      # the burst's beats follow through the FIFO
                     m.next = "IDLE"
             with m.State("WRITE"):
                 m.d.comb += [axi.wready.eq(1), read.addr.eq(addr[:len(read.addr)]), write.data.eq(axi.wdata),
@@ -111,5 +128,4 @@ class OnChipMemory(wiring.Component):
                 m.d.comb += axi.bvalid.eq(1)
                 with m.If(axi.bready):
                     m.next = "IDLE"
-        m.d.comb += host.rdata.eq(read.data.word_select(host_byte, 8))
         return m

@@ -52,9 +52,11 @@ class SocCore(wiring.Component):
         cfg = self.cfg
         # Addresses as wide as the memory: the DMA arithmetic shrinks, and an access beyond it is the
         # same BUS_ERROR, found before anything moves (as fsim finds it).
-        m.submodules.accelerator = acc = Accelerator(cfg, addr_width=(self.mem_bytes - 1).bit_length())
+        addr_width = (self.mem_bytes - 1).bit_length()
+        m.submodules.accelerator = acc = Accelerator(cfg, addr_width=addr_width)
         m.submodules.memory = mem = OnChipMemory(size=self.mem_bytes, data_width=cfg.dram_bus_width,
-                                                 id_width=AXI_ID_WIDTH, ram_style=self.ram_style)
+                                                 addr_width=addr_width, id_width=AXI_ID_WIDTH,
+                                                 ram_style=self.ram_style)
         m.submodules.bridge = bridge = HostBridge(fingerprint=cfg.fingerprint, mem_bytes=self.mem_bytes,
                                                   clock_hz=self.clock_hz,
                                                   idle_timeout=protocol.IDLE_TIMEOUT_BITS * self.divisor)
