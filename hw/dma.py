@@ -94,20 +94,21 @@ class _BurstSplitter(wiring.Component):
         page_beats = BOUNDARY_BYTES // B
         limit = min(MAX_BURST_BEATS, page_beats)
 
-        row_addr = Signal(bits)           # start of the current row
-        next_row = Signal(bits)           # row_addr + stride
-        start = Signal(bits)              # next byte to request in this row (bus-aligned after the first burst)
-        stride = Signal(bits)
-        rows_left = Signal(ROWS_BITS)
+        # The transfer's registers are set by its command and read only while it runs: no reset.
+        row_addr = Signal(bits, reset_less=True)           # start of the current row
+        next_row = Signal(bits, reset_less=True)           # row_addr + stride
+        start = Signal(bits, reset_less=True)              # next byte to request in this row (bus-aligned after the first burst)
+        stride = Signal(bits, reset_less=True)
+        rows_left = Signal(ROWS_BITS, reset_less=True)
         # A row of R bytes starting at byte offset `low` in a bus word spans
         # ceil((low + R) / B) beats: `row_beats` or one more when low + R_lo >= B.
-        row_beats = Signal(bits - shift + 1)
-        row_beats_1 = Signal(bits - shift + 1)
-        bytes_lo = Signal(shift + 1)      # (R + B - 1) mod B
-        last_lo = Signal(range(B))        # (R - 1) mod B
-        to_end = Signal(bits - shift + 1)              # beats from start to the row's end
-        to_boundary = Signal(range(1, page_beats + 1))  # beats from start to the next 4 KiB boundary
-        row_bytes = Signal(bits)
+        row_beats = Signal(bits - shift + 1, reset_less=True)
+        row_beats_1 = Signal(bits - shift + 1, reset_less=True)
+        bytes_lo = Signal(shift + 1, reset_less=True)      # (R + B - 1) mod B
+        last_lo = Signal(range(B), reset_less=True)        # (R - 1) mod B
+        to_end = Signal(bits - shift + 1, reset_less=True)              # beats from start to the row's end
+        to_boundary = Signal(range(1, page_beats + 1), reset_less=True)  # beats from start to the next 4 KiB boundary
+        row_bytes = Signal(bits, reset_less=True)
         setup = Signal()                  # the command is latched: compute the row's beat counts
         counts = Signal()                 # then the first row's counts
         active = Signal()
@@ -270,7 +271,7 @@ class ElementPacker(wiring.Component):
         out = self.elements
         if E >= B:
             n = E // B
-            parts = Signal(E * 8 - B * 8) if n > 1 else None
+            parts = Signal(E * 8 - B * 8, reset_less=True) if n > 1 else None
             count = Signal(range(n))
             with m.If(out.valid & out.ready):
                 m.d.sync += out.valid.eq(0)
@@ -288,7 +289,7 @@ class ElementPacker(wiring.Component):
                         m.d.sync += count.eq(count + 1)
         else:
             slots = B // E
-            word = Signal(B * 8)
+            word = Signal(B * 8, reset_less=True)
             slot = Signal(range(slots))
             stop = Signal(range(slots + 1))
             full = Signal()                      # a beat is held
@@ -377,7 +378,7 @@ class RowWriter(wiring.Component):
 
         if E >= B:
             n = E // B
-            held = Signal(E * 8)
+            held = Signal(E * 8, reset_less=True)
             part = Signal(range(n)) if n > 1 else Const(0)
             have = Signal()
             last_part = (part == n - 1) if n > 1 else Const(1)
@@ -401,7 +402,7 @@ class RowWriter(wiring.Component):
         else:
             slots = B // E
             shift = E.bit_length() - 1
-            word = Signal(B * 8)
+            word = Signal(B * 8, reset_less=True)
             strobe = Signal(slots)
             slot = Signal(range(slots + 1))      # next slot to fill in this beat
             filled = Signal()                    # the beat is complete and waits for W

@@ -80,27 +80,32 @@ class Fetch(wiring.Component):
         m.d.comb += [buffer.w_data.eq(packer.elements.payload), buffer.w_en.eq(packer.elements.valid),
                      packer.elements.ready.eq(1)]
 
-        base = Signal(32)
-        count = Signal(32)
-        requested = Signal(32)         # instructions asked of DRAM so far
+        # A program that passes the start check lies below 2**addr_width, so it holds at most
+        # 2**(addr_width-4) instructions: every count and index below is that narrow.
+        index_bits = self.addr_width - 4 + 1
+        index = Signal(index_bits)
+        count = Signal(index_bits)
+        remaining = Signal(index_bits)        # instructions not yet asked of DRAM
+        next_addr = Signal(self.addr_width)   # where the next chunk starts
         arriving = Signal(range(CHUNK + 1))   # asked for but not yet in the buffer
         running = Signal()
         chunk = Signal(range(CHUNK + 1))
-        m.d.comb += chunk.eq(Mux(count - requested >= CHUNK, CHUNK, count - requested))
-        outside = Signal()      # the program runs past the last address the bus reaches
-        bad_address = (base[:4] != 0) | outside      # misaligned or out of reach
-        ask = (running & (requested != count) & (arriving == 0) & (buffer.level <= buffer.depth - CHUNK)
+        # min(remaining, CHUNK) from bit tests: no subtractor or ordered compare on the request path
+        m.d.comb += chunk.eq(Mux(remaining[CHUNK.bit_length() - 1:].any(), CHUNK, remaining))
+        bad_address = Signal()       # misaligned, or the program runs past the last address the bus reaches
+        ask = (running & (remaining != 0) & (arriving == 0) & (buffer.level <= buffer.depth - CHUNK)
                & ~self.halt & ~bad_address)
         m.d.comb += [
             reader.cmd.valid.eq(ask),
-            reader.cmd.payload.addr.eq(base + requested * isa.INSN_BYTES),
+            reader.cmd.payload.addr.eq(next_addr),
             reader.cmd.payload.row_bytes.eq(chunk * isa.INSN_BYTES),
             reader.cmd.payload.stride.eq(0),
             reader.cmd.payload.rows.eq(1),
         ]
         arrived = buffer.w_en & buffer.w_rdy
         with m.If(ask & reader.cmd.ready):
-            m.d.sync += [requested.eq(requested + chunk), arriving.eq(chunk - arrived)]
+            m.d.sync += [remaining.eq(remaining - chunk), next_addr.eq(next_addr + chunk * isa.INSN_BYTES),
+                         arriving.eq(chunk - arrived)]
         with m.Elif(arrived):
             m.d.sync += arriving.eq(arriving - 1)
 
@@ -134,7 +139,7 @@ class Fetch(wiring.Component):
             m.d.comb += error.eq(ErrorCode.ILLEGAL_DEPENDENCY)
 
         for queue, selected in ((self.load, to_load), (self.compute, to_compute), (self.store, to_store)):
-            m.d.comb += [queue.payload.insn.eq(word), queue.payload.index.eq(self.index),
+            m.d.comb += [queue.payload.insn.eq(word), queue.payload.index.eq(index),
                          queue.valid.eq(running & buffer.r_rdy & selected & (error == 0) & ~self.halt)]
         target_ready = Mux(to_load, self.load.ready, Mux(to_store, self.store.ready, self.compute.ready))
         go = running & buffer.r_rdy & (error == 0) & ~self.halt & target_ready
@@ -142,19 +147,23 @@ class Fetch(wiring.Component):
             buffer.r_en.eq(go),
             self.dispatched.eq(go),
             self.fault.eq(running & (buffer.r_rdy | (error == ErrorCode.BUS_ERROR)) & (error != 0) & ~self.halt
-                          & (self.index != count)),
+                          & (index != count)),
             self.error.eq(Mux(self.fault, error, 0)),
-            self.done.eq(running & (self.index == count)),
+            self.index.eq(index),
+            self.done.eq(running & (index == count)),
             self.busy.eq(reader.busy | (arriving != 0)),
             self.stalled.eq(running & buffer.r_rdy & (error == 0) & ~target_ready & (arriving == 0)
                             & ~reader.busy),
         ]
         with m.If(go):
-            m.d.sync += self.index.eq(self.index + 1)
+            m.d.sync += index.eq(index + 1)
         with m.If(self.fault):
             m.d.sync += running.eq(0)
         with m.If(self.start):
-            m.d.sync += [base.eq(self.addr), count.eq(self.count), requested.eq(0), arriving.eq(0),
-                         self.index.eq(0), running.eq(1),
-                         outside.eq(self.addr + self.count * isa.INSN_BYTES > 1 << self.addr_width)]
+            end = self.addr + self.count * isa.INSN_BYTES
+            # (a count too wide for `count` is beyond the bus: it saturates, never reads as 0)
+            narrow = Mux(self.count[index_bits:].any(), (1 << index_bits) - 1, self.count)
+            m.d.sync += [next_addr.eq(self.addr), count.eq(narrow), remaining.eq(narrow), arriving.eq(0),
+                         index.eq(0), running.eq(1),
+                         bad_address.eq((self.addr[:4] != 0) | (end > 1 << self.addr_width))]
         return m

@@ -127,12 +127,13 @@ class PaddedLoad(wiring.Component):
         # The walk over the padded rectangle: row r, column c, and beside them whether each is inside
         # the data. The flags change where a counter meets a bound registered at start, so the write
         # path compares counters with registers only (no adders, no ordered compares).
-        r, c = Signal.like(rows), Signal.like(cols)
-        row_in, col_in = Signal(), Signal()
-        bound = {name: Signal.like(rows, name=name)
+        # (all set when an instruction starts and read only while it runs: no reset)
+        r, c = Signal.like(rows, reset_less=True), Signal.like(cols, reset_less=True)
+        row_in, col_in = Signal(reset_less=True), Signal(reset_less=True)
+        bound = {name: Signal.like(rows, name=name, reset_less=True)
                  for name in ("r_enter", "r_leave", "r_last", "c_enter", "c_leave", "c_last")}
         starts = {"r": insn.y_pad0 == 0, "c": insn.x_pad0 == 0}     # the first row (column) is data
-        addr = Signal(self.index_bits + 1)
+        addr = Signal(self.index_bits + 1, reset_less=True)
         in_data = row_in & col_in
         last_entry = (r == bound["r_last"]) & (c == bound["c_last"])
 
@@ -140,7 +141,7 @@ class PaddedLoad(wiring.Component):
             """The counter's flag after it steps past ``counter``: data from pad0 on, padding from pad0 + size on."""
             return Mux(counter == bound[f"{axis}_enter"], 1, Mux(counter == bound[f"{axis}_leave"], 0, inside))
         write_now = Signal()
-        elements = Signal(2 * isa.SIZE_BITS)       # DRAM elements written so far
+        elements = Signal(2 * isa.SIZE_BITS, reset_less=True)       # DRAM elements written so far
         for E, packer in packers.items():
             m.d.comb += packer.elements.ready.eq(write_now & in_data)
         for b in self.buffers:

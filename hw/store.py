@@ -93,8 +93,10 @@ class StoreUnit(wiring.Component):
         # down a slice each cycle (the bias register turns with it), and the
         # clipped slices are gathered into the element; such a STORE reads an
         # entry every `vector_passes` cycles.
-        addr = Signal(c.index_bits("out") + 1)
-        left = Signal(32)
+        # Data registers (read only beside a valid bit or in the state that sets them) are not reset
+        # at the start of a run; the bias register is (a run starts with no bias).
+        addr = Signal(c.index_bits("out") + 1, reset_less=True)
+        left = Signal(32, reset_less=True)
         issue = Signal()
         read_valid = Signal()           # SRAM data arrives this cycle
         m.d.comb += [self.out_read.addr.eq(addr), self.out_read.en.eq(1),
@@ -104,12 +106,12 @@ class StoreUnit(wiring.Component):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
         width, passes, w = c.vector_width, c.vector_passes, c.acc_width
         slice_bits = width * w
-        plain = pipe(m, self.out_read.data, "plain_0")
-        acc = Signal.like(self.acc_read.data)             # the entry being requantized, slice 0 at the bottom
+        plain = pipe(m, self.out_read.data, "plain_0", data=True)
+        acc = Signal.like(self.acc_read.data, reset_less=True)             # the entry being requantized, slice 0 at the bottom
         bias = Signal.like(self.acc_read.data)            # the bias register: zero after reset
-        valid, last = [read_valid, Signal(name="stage_valid_1")], [None, Signal(name="stage_last_1")]
+        valid, last = [read_valid, Signal(name="stage_valid_1")], [None, Signal(name="stage_last_1", reset_less=True)]
         if passes > 1:
-            part = Signal(range(passes))
+            part = Signal(range(passes), reset_less=True)
             m.d.comb += last[1].eq(~insn.requant | (part == passes - 1))
             with m.If(read_valid):
                 m.d.sync += [valid[1].eq(1), part.eq(0)]
@@ -126,21 +128,22 @@ class StoreUnit(wiring.Component):
         else:
             m.d.sync += [valid[1].eq(read_valid), acc.eq(self.acc_read.data)]
             m.d.comb += last[1].eq(1)
-        biased = [Signal(signed(w), name=f"biased_{k}") for k in range(width)]   # wraps, as ALU ADD does
+        biased = [Signal(signed(w), name=f"biased_{k}", reset_less=True) for k in range(width)]   # wraps, as ALU ADD does
         m.d.sync += [b.eq(acc[k] + Mux(insn.bias, bias[k], 0)) for k, b in enumerate(biased)]
         # acc·mul mod 2**w = lo·mul + hi·mul·2**half (mod 2**w), lo and hi the halves of acc: the two
         # partial products are registered apart from their sum, so no adder follows a multiplier.
         half = w // 2
         products = []
         for k, b in enumerate(biased):
+            # (products reset, as the GEMM's are: see hw/core.py)
             low = pipe(m, (b.as_unsigned()[:half] * insn.mul)[:w], f"product_lo_{k}")
             high = pipe(m, (b[half:] * insn.mul)[:w - half], f"product_hi_{k}")
-            products.append(pipe(m, (low + (high << half))[:w].as_signed(), f"product_{k}"))
+            products.append(pipe(m, (low + (high << half))[:w].as_signed(), f"product_{k}", data=True))
         hi = (1 << (c.out_width - 1)) - 1
         lo = Mux(insn.relu, 0, -hi - 1)
         quantized = []
         for k, p in enumerate(products):
-            shifted = Signal(signed(w), name=f"shifted_{k}")
+            shifted = Signal(signed(w), name=f"shifted_{k}", reset_less=True)
             lane = Signal(signed(c.out_width), name=f"quantized_{k}")
             m.d.sync += shifted.eq(p >> insn.shift)
             with m.If(shifted > hi):
@@ -152,15 +155,15 @@ class StoreUnit(wiring.Component):
             quantized.append(lane)
         quantized = Cat(quantized)
         for n in range(4):
-            plain = pipe(m, plain, f"plain_{n + 1}")
+            plain = pipe(m, plain, f"plain_{n + 1}", data=True)
             valid.append(pipe(m, valid[-1], f"stage_valid_{n + 2}"))
-            last.append(pipe(m, last[-1], f"stage_last_{n + 2}"))
+            last.append(pipe(m, last[-1], f"stage_last_{n + 2}", data=True))
         if passes > 1:
             # The element's earlier slices; slices of one entry are clipped on consecutive cycles.
-            gathered = Signal((c.batch * c.block_out - width) * c.out_width)
+            gathered = Signal((c.batch * c.block_out - width) * c.out_width, reset_less=True)
             m.d.sync += gathered.eq(Cat(gathered[len(quantized):], quantized))
             quantized = Cat(gathered, quantized)
-        element = pipe(m, Mux(insn.requant, quantized, plain), "element")
+        element = pipe(m, Mux(insn.requant, quantized, plain), "element", data=True)
         valid.append(pipe(m, valid[-1] & last[-1], "stage_valid_6"))
         m.d.comb += [queue.w_data.eq(element), queue.w_en.eq(valid[-1])]
         in_flight = Cat(*valid).any()

@@ -260,11 +260,14 @@ class Accelerator(wiring.Component):
         m = Module()
         m.submodules.regs = regs = RegisterFile()
         wiring.connect(m, wiring.flipped(self.s_axil), regs.bus)
-        start = regs.start
-        # Reset the datapath in the start cycle, start it in the next.
-        m.submodules.datapath = datapath = ResetInserter(start)(Datapath(self.cfg, addr_width=self.addr_width))
+        # The start pulse is registered before it resets the whole datapath: a net that reaches
+        # thousands of flip-flops must leave a flip-flop, not the register file's write decode.
+        # Reset the datapath in that cycle, start it in the next.
+        starting = Signal()
+        m.d.sync += starting.eq(regs.start)
+        m.submodules.datapath = datapath = ResetInserter(starting)(Datapath(self.cfg, addr_width=self.addr_width))
         go = Signal()
-        m.d.sync += go.eq(start)
+        m.d.sync += go.eq(starting)
         m.d.comb += [datapath.start.eq(go), datapath.insn_addr.eq(regs.insn_addr),
                      datapath.insn_count.eq(regs.insn_count)]
         forward(m, datapath.axi, self.m_axi)
@@ -274,24 +277,27 @@ class Accelerator(wiring.Component):
         done = Signal()
         status = Signal(STATUS_LAYOUT)
         ending = Signal()       # finished or failed, waiting for the bus to go quiet
-        with m.If(start):
+        with m.If(starting):
             m.d.sync += [busy.eq(1), done.eq(0), ending.eq(0)]
         with m.Elif(busy):
             with m.If(datapath.finished | datapath.fault):
                 m.d.sync += ending.eq(1)
             with m.If(ending & datapath.quiet):
                 m.d.sync += [busy.eq(0), done.eq(1), ending.eq(0)]
+        # A run counts as started from the write that starts it: the status read after it never
+        # shows the last run's outcome.
         m.d.comb += [
-            status.busy.eq(busy), status.done.eq(done), status.error.eq(datapath.error),
+            status.busy.eq(busy | starting), status.done.eq(done & ~starting),
+            status.error.eq(Mux(starting, 0, datapath.error)),
             regs.status.eq(status),
-            regs.error_index.eq(datapath.error_index),
+            regs.error_index.eq(Mux(starting, 0, datapath.error_index)),
             regs.fingerprint.eq(int(self.cfg.fingerprint[:8], 16)),
-            self.irq.eq(done), self.busy.eq(busy),
+            self.irq.eq(done & ~starting), self.busy.eq(busy | starting),
         ]
         # -- counters of the last run (the registers of counters not built read 0) --------
         for name in built_counters(self.cfg):
             counter = Signal(32, name=f"count_{name}")
-            with m.If(start):
+            with m.If(starting):
                 m.d.sync += counter.eq(0)
             with m.Elif(busy):
                 step = 1 if name == "cycles" else getattr(datapath, f"event_{name}")

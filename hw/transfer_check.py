@@ -72,13 +72,14 @@ class TransferCheck(wiring.Component):
         with m.If(self.start):
             m.d.sync += step.eq(1)
 
-        a = Signal(range(MAX_EXTENT))
-        b = Signal(range(MAX_EXTENT))
-        product = Signal(self.product_bits)
+        # Data registers, read only in the step after the one that sets them: no reset.
+        a = Signal(range(MAX_EXTENT), reset_less=True)
+        b = Signal(range(MAX_EXTENT), reset_less=True)
+        product = Signal(self.product_bits, reset_less=True)
         m.d.sync += product.eq(a * b)
-        dram_last = Signal(isa.DRAM_ADDR_BITS + 1)      # dram_base + x_size
-        sram_end = Signal(self.product_bits + 1)
-        dram_end = Signal(isa.DRAM_ADDR_BITS + 2)
+        dram_last = Signal(isa.DRAM_ADDR_BITS + 1, reset_less=True)      # dram_base + x_size
+        sram_end = Signal(self.product_bits + 1, reset_less=True)
+        dram_end = Signal(isa.DRAM_ADDR_BITS + 2, reset_less=True)
         with m.If(self.start):              # cycle 0: the rectangle's size into the multiplier
             m.d.sync += [a.eq(self.rows), b.eq(self.cols), dram_last.eq(self.dram_base + self.x_size)]
         with m.If(step[0]):                 # cycle 1: product = rows·cols; the DRAM span next
