@@ -14,7 +14,10 @@ Fmax and critical path (the cells it runs through, logic vs routing delay)
 are reported: the per-component timing check that a full board build takes
 too long for.
 
-Usage: ``python benchmarks/fpga_area.py [--family ice40] [--config tiny] [--timing 100]``; writes
+Units are built with 32-bit addresses, or with ``--board NAME`` as that
+board's SoC builds them (addresses as wide as its memory).
+
+Usage: ``python benchmarks/fpga_area.py [--family ice40 | --board NAME] [--config tiny] [--timing 100]``; writes
 benchmarks/results/fpga_area_<family>_<config>.json. A run takes a few minutes
 (tens of minutes with ``--timing``).
 """
@@ -43,13 +46,13 @@ from tilewright.hw.top import Accelerator
 OUT = Path(__file__).parent / "results"
 
 UNITS = {
-    "fetch": lambda cfg: Fetch(cfg, addr_width=32),
-    "load": lambda cfg: LoadUnit(cfg, addr_width=32),
-    "compute": lambda cfg: ComputeUnit(cfg, addr_width=32),
-    "compute.core": lambda cfg: ComputeCore(cfg),
-    "store": lambda cfg: StoreUnit(cfg, addr_width=32),
-    "regs": lambda cfg: RegisterFile(),
-    "accelerator": lambda cfg: Accelerator(cfg),
+    "fetch": lambda cfg, aw: Fetch(cfg, addr_width=aw),
+    "load": lambda cfg, aw: LoadUnit(cfg, addr_width=aw),
+    "compute": lambda cfg, aw: ComputeUnit(cfg, addr_width=aw),
+    "compute.core": lambda cfg, aw: ComputeCore(cfg),
+    "store": lambda cfg, aw: StoreUnit(cfg, addr_width=aw),
+    "regs": lambda cfg, aw: RegisterFile(),
+    "accelerator": lambda cfg, aw: Accelerator(cfg, addr_width=aw),
 }
 
 
@@ -67,7 +70,7 @@ def place_and_route(workdir, freq_mhz, seed=1):
     platform = get_board("ulx3s-85f").platform_class()
     args = [tool("nextpnr-ecp5"), platform._nextpnr_device_options[platform.device], "--package",
             platform._nextpnr_package_options[platform.package].upper(), "--speed", str(platform.speed),
-            "--out-of-context", "--json", "unit.json", "--freq", f"{freq_mhz:g}",
+            "--out-of-context", "--router", "router2", "--json", "unit.json", "--freq", f"{freq_mhz:g}",
             "--seed", str(seed), "--report", "report.json", "--timing-allow-fail", "-q", "-l", "pnr.log"]
     subprocess.run(args, cwd=workdir, check=True, capture_output=True)
     report = json.loads((workdir / "report.json").read_text())
@@ -94,6 +97,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", choices=sorted(SYNTH), default="ice40")
     parser.add_argument("--config", default="tiny", help="preset name or TOML file")
+    parser.add_argument("--board", help="the family, the board's preset (unless --config) and its memory's address "
+                                        "width, as the SoC builds the accelerator")
     parser.add_argument("--units", nargs="*", choices=list(UNITS), default=list(UNITS))
     parser.add_argument("--timing", type=float, metavar="MHZ",
                         help="also place and route each unit out of context (ECP5) at MHZ; report Fmax")
@@ -101,15 +106,22 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.timing is not None and (args.family != "ecp5" or args.timing <= 0):
         parser.error("--timing takes a positive clock in MHz and needs --family ecp5")
+    addr_width = 32
+    if args.board:
+        board = get_board(args.board)
+        args.family = board.family
+        if "--config" not in (argv if argv is not None else sys.argv):
+            args.config = board.config
+        addr_width = (board.mem_bytes - 1).bit_length()
     cfg = load_config(args.config)
     result = {"family": args.family, "config": cfg.name, "fingerprint": cfg.fingerprint, "tag": cfg.tag,
-              "yosys": SYNTH[args.family], "units": {}}
+              "addr_width": addr_width, "yosys": SYNTH[args.family], "units": {}}
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.units:
             start = time.monotonic()
             try:
-                line = _measure(name, UNITS[name](cfg), args, Path(tmp), result["units"])
+                line = _measure(name, UNITS[name](cfg, addr_width), args, Path(tmp), result["units"])
             except subprocess.CalledProcessError as exc:
                 # YoWASP's ABC9 sometimes exits without a message on the larger units; report and go on.
                 failed += 1

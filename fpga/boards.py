@@ -89,7 +89,9 @@ class Board:
     """One board.
 
     ``resources`` are the device's totals by kind (``LUT``, ``FF``, ``DSP``,
-    ``BRAM``, ``SPRAM``), ``cells`` maps Yosys cell names to those kinds.
+    ``BRAM``, ``SPRAM``, ``SSRAM``), in the units
+    :data:`tilewright.fpga.build.CELLS` counts synthesised cells in (Gowin:
+    DSP in 9×9 multipliers, SSRAM in 16×4 LUT RAMs).
     """
     name: str
     title: str
@@ -169,7 +171,7 @@ BOARDS = {b.name: b for b in [
     Board("tangnano9k", "Tang Nano 9K (GW1NR-LV9QN88PC6/I5)", "gowin",
           "amaranth_boards.tang_nano_9k:TangNano9kPlatform",
           config="tiny", freq_mhz=27, mem_bytes=16 * 1024, baud=115_200,
-          resources={"LUT": 8640, "FF": 6480, "DSP": 20, "BRAM": 26}),
+          resources={"LUT": 8640, "FF": 6480, "DSP": 40, "BRAM": 26, "SSRAM": 270}),
 ]}
 
 

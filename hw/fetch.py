@@ -13,7 +13,7 @@ does) or an error response to an instruction read stops the run with
 """
 
 from amaranth import Module, Mux, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright import isa
@@ -21,6 +21,7 @@ from tilewright.isa import AluOp, ErrorCode, Opcode, Stream
 
 from .axi import AxiReadSignature
 from .dma import ElementPacker, RowReader
+from .fifo import RegisteredFIFO
 from .sequencer import CommandLayout
 
 __all__ = ["Fetch"]
@@ -74,7 +75,8 @@ class Fetch(wiring.Component):
         c = self.cfg
         m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=c.dram_bus_width)
         m.submodules.packer = packer = ElementPacker(elem_bytes=isa.INSN_BYTES, bus_bytes=c.dram_bus_width // 8)
-        m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(width=isa.INSN_BITS, depth=2 * CHUNK)
+        # (the head a register: the decoder works on it)
+        m.submodules.buffer = buffer = RegisteredFIFO(width=isa.INSN_BITS, depth=2 * CHUNK)
         wiring.connect(m, reader.beats, packer.beats)
         wiring.connect(m, reader.axi, wiring.flipped(self.axi))
         m.d.comb += [buffer.w_data.eq(packer.elements.payload), buffer.w_en.eq(packer.elements.valid),

@@ -14,7 +14,7 @@ so the next run starts from a quiet bus.
 
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.hdl import ResetInserter
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -25,6 +25,7 @@ from .arbiter import ReadArbiter
 from .axi import AxiLiteSignature, AxiSignature, forward
 from .compute import ComputeUnit
 from .fetch import Fetch
+from .fifo import RegisteredFIFO
 from .load import LoadUnit
 from .regs import ADDR_WIDTH, COUNTERS, STATUS_LAYOUT, RegisterFile, built_counters
 from .sequencer import CommandLayout
@@ -72,7 +73,8 @@ class _CommandQueue(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.fifo = q = fifo.SyncFIFOBuffered(width=len(self.w.payload.as_value()), depth=self.depth + 1)
+        # The head is a register: the stream decodes the executing instruction straight from it.
+        m.submodules.fifo = q = RegisteredFIFO(width=len(self.w.payload.as_value()), depth=self.depth + 1)
         m.d.comb += [q.w_data.eq(self.w.payload), q.w_en.eq(self.w.valid), self.w.ready.eq(q.w_rdy),
                      self.r.payload.eq(q.r_data), self.r.valid.eq(q.r_rdy), q.r_en.eq(self.r.ready),
                      self.empty.eq(q.level == self.held)]
