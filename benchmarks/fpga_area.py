@@ -1,7 +1,7 @@
 """Where the FPGA resources go: each accelerator unit synthesised on its own, and the whole.
 
-Every unit (fetch, the load stream, the compute stream and its GEMM/ALU
-core, the store stream, the register file) and the whole ``Accelerator``
+Every unit (fetch, the load stream's loader, the compute stream with its
+GEMM/ALU core and, apart, its loader, the store stream, the register file) and the whole ``Accelerator``
 are synthesised separately with the family's Yosys flow (the one
 ``tilewright fpga build`` uses, without the SoC around it), and their cells
 are counted by kind: LUT, FF, carry, DSP, block RAM. The units do not add
@@ -33,12 +33,13 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from tilewright.config import load_config
+from tilewright.isa import MemType
 from tilewright.fpga.boards import get_board
 from tilewright.fpga.build import SYNTH, tool, utilization_from_stat
 from tilewright.hw.compute import ComputeUnit
 from tilewright.hw.core import ComputeCore
 from tilewright.hw.fetch import Fetch
-from tilewright.hw.load import LoadUnit
+from tilewright.hw.padded_load import PaddedLoad
 from tilewright.hw.regs import RegisterFile
 from tilewright.hw.store import StoreUnit
 from tilewright.hw.top import Accelerator
@@ -47,8 +48,9 @@ OUT = Path(__file__).parent / "results"
 
 UNITS = {
     "fetch": lambda cfg, aw: Fetch(cfg, addr_width=aw),
-    "load": lambda cfg, aw: LoadUnit(cfg, addr_width=aw),
-    "compute": lambda cfg, aw: ComputeUnit(cfg, addr_width=aw),
+    "load": lambda cfg, aw: PaddedLoad(cfg, (MemType.INP, MemType.WGT), addr_width=aw),
+    "compute": lambda cfg, aw: ComputeUnit(cfg),
+    "compute.loader": lambda cfg, aw: PaddedLoad(cfg, (MemType.UOP, MemType.ACC, MemType.ACC8), addr_width=aw),
     "compute.core": lambda cfg, aw: ComputeCore(cfg),
     "store": lambda cfg, aw: StoreUnit(cfg, addr_width=aw),
     "regs": lambda cfg, aw: RegisterFile(),

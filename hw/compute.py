@@ -2,9 +2,12 @@
 
 Owns the micro-op and accumulator SRAMs; reads the input and weight SRAMs
 the load stream fills and writes the output SRAM the store stream drains.
+Its LOADs run on a :class:`~tilewright.hw.padded_load.PaddedLoad` outside
+(its own, or one it shares with the load stream), which writes the
+micro-op and accumulator SRAMs through ``uop_load`` and ``acc_load``.
 """
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory, ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
@@ -12,22 +15,16 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import ErrorCode, MemType, Opcode
 
-from .axi import AxiReadSignature
 from .core import ComputeCore
-from .padded_load import PaddedLoad
+from .padded_load import LoadRequest
 from .sequencer import CommandLayout, Sequencer, TokenPort
 from .sram import sram_shape
 
 __all__ = ["ComputeUnit"]
 
 
-def _sign_extend(value, width):
-    """``value`` (bits of a signed number) widened to ``width`` bits."""
-    return Cat(value, value[-1].replicate(width - len(value)))
-
-
 class ComputeUnit(wiring.Component):
-    """Sequencer, loaders for UOP/ACC/ACC8, the GEMM/ALU core and FINISH.
+    """Sequencer, the GEMM/ALU core, FINISH, and the LOADs of UOP/ACC/ACC8 for a loader outside.
 
     Members
     -------
@@ -37,9 +34,15 @@ class ComputeUnit(wiring.Component):
     inp_read, wgt_read : In(ReadPort.Signature)
     out_write : In(WritePort.Signature)
     acc_for_store : Out(ReadPort.Signature)
-        A read port of the accumulator SRAM for the store stream.
-    axi : Out(AxiReadSignature)
-        DRAM reads of the stream's LOADs (UOP, ACC, ACC8 share one :class:`PaddedLoad`).
+        A read port of the accumulator SRAM for the store stream: a third
+        one, or with ``lean`` the ALU's second, free while no ALU
+        instruction executes (``acc_for_store_free``).
+    acc_for_store_free : Out(1)
+        The store stream may read ``acc_for_store`` this cycle.
+    dma : Out(LoadRequest)
+        The stream's LOADs (UOP, ACC, ACC8), for the loader outside.
+    uop_load, acc_load : Out(WritePort.Signature)
+        That loader's writes into the micro-op and accumulator SRAMs.
     protocol_ok : In(1)
         Other streams drained, tokens clear and no instruction after this one
         (checked when FINISH executes).
@@ -50,10 +53,8 @@ class ComputeUnit(wiring.Component):
     status and counter outputs as named
     """
 
-    def __init__(self, cfg, *, addr_width):
+    def __init__(self, cfg):
         self.cfg = cfg
-        self.addr_width = addr_width
-        bus = cfg.dram_bus_width
 
         def port(kind, mem):
             return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem)))
@@ -64,7 +65,10 @@ class ComputeUnit(wiring.Component):
             "inp_read": port(ReadPort, "inp"), "wgt_read": port(ReadPort, "wgt"),
             "out_write": port(WritePort, "out"),
             "acc_for_store": Out(ReadPort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"))),
-            "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=bus)),
+            "acc_for_store_free": Out(1),
+            "dma": Out(LoadRequest(cfg)),
+            "uop_load": Out(WritePort.Signature(addr_width=cfg.index_bits("uop"), shape=sram_shape(cfg, "uop"))),
+            "acc_load": Out(WritePort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"))),
             "protocol_ok": In(1),
             "halt": In(1),
             "finished": Out(1),
@@ -93,26 +97,33 @@ class ComputeUnit(wiring.Component):
         acc_w = acc_mem.write_port()
         acc_ra = acc_mem.read_port(transparent_for=(acc_w,))
         acc_rb = acc_mem.read_port(transparent_for=(acc_w,))
-        # A third reader: requantizing STOREs (tokens keep them off rows compute is writing).
-        wiring.connect(m, wiring.flipped(self.acc_for_store), acc_mem.read_port())
+        # Requantizing STOREs read through a third port (tokens keep them off rows compute is writing),
+        # or with `lean` through the ALU's second port between ALU instructions.
+        store_read = self.acc_for_store
+        if not c.lean:
+            wiring.connect(m, wiring.flipped(store_read), acc_mem.read_port())
+            m.d.comb += self.acc_for_store_free.eq(1)
 
         # -- executors -------------------------------------------------------------
-        aw = self.addr_width
-        m.submodules.loader = loader = PaddedLoad(
-            c, (MemType.UOP, MemType.ACC, MemType.ACC8), addr_width=aw,
-            converts={MemType.ACC8: lambda e: Cat(_sign_extend(e[8 * k:8 * k + 8], c.acc_width)
-                                                  for k in range(c.batch * c.block_out))})
+        loader = self.dma
         m.submodules.core = core = ComputeCore(c)
-        wiring.connect(m, loader.axi, wiring.flipped(self.axi))
-        wiring.connect(m, loader.write_uop, uop_w)
+        m.d.comb += [uop_w.addr.eq(self.uop_load.addr), uop_w.data.eq(self.uop_load.data),
+                     uop_w.en.eq(self.uop_load.en)]
         wiring.connect(m, core.uop_read, uop_r)
         wiring.connect(m, core.acc_read_a, acc_ra)
-        wiring.connect(m, core.acc_read_b, acc_rb)
+        if c.lean:
+            alu = core.alu_busy
+            m.d.comb += [acc_rb.addr.eq(Mux(alu, core.acc_read_b.addr, store_read.addr)),
+                         acc_rb.en.eq(Mux(alu, core.acc_read_b.en, store_read.en)),
+                         core.acc_read_b.data.eq(acc_rb.data), store_read.data.eq(acc_rb.data),
+                         self.acc_for_store_free.eq(~alu)]
+        else:
+            wiring.connect(m, core.acc_read_b, acc_rb)
         wiring.connect(m, core.inp_read, wiring.flipped(self.inp_read))
         wiring.connect(m, core.wgt_read, wiring.flipped(self.wgt_read))
         wiring.connect(m, core.out_write, wiring.flipped(self.out_write))
         # One writer of acc at a time: the compute stream runs one instruction.
-        for writer in (core.acc_write, loader.write_acc):
+        for writer in (core.acc_write, self.acc_load):
             with m.If(writer.en):
                 m.d.comb += [acc_w.addr.eq(writer.addr), acc_w.data.eq(writer.data), acc_w.en.eq(1)]
 

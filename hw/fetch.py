@@ -21,7 +21,7 @@ from tilewright.isa import AluOp, ErrorCode, Opcode, Stream
 
 from .axi import AxiReadSignature
 from .dma import ElementPacker, RowReader
-from .fifo import RegisteredFIFO
+from .fifo import HeadRegisteredFIFO
 from .sequencer import CommandLayout
 
 __all__ = ["Fetch"]
@@ -76,7 +76,7 @@ class Fetch(wiring.Component):
         m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=c.dram_bus_width)
         m.submodules.packer = packer = ElementPacker(elem_bytes=isa.INSN_BYTES, bus_bytes=c.dram_bus_width // 8)
         # (the head a register: the decoder works on it)
-        m.submodules.buffer = buffer = RegisteredFIFO(width=isa.INSN_BITS, depth=2 * CHUNK)
+        m.submodules.buffer = buffer = HeadRegisteredFIFO(width=isa.INSN_BITS, depth=2 * CHUNK)
         wiring.connect(m, reader.beats, packer.beats)
         wiring.connect(m, reader.axi, wiring.flipped(self.axi))
         m.d.comb += [buffer.w_data.eq(packer.elements.payload), buffer.w_en.eq(packer.elements.valid),

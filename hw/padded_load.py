@@ -6,14 +6,14 @@ from amaranth.lib.memory import WritePort
 from amaranth.lib.wiring import In, Out
 
 from tilewright import isa
-from tilewright.isa import ERROR_BITS, ErrorCode
+from tilewright.isa import ERROR_BITS, ErrorCode, MemType
 
 from .axi import AxiReadSignature
 from .dma import ElementPacker, RowReader
 from .sram import sram_shape
 from .transfer_check import MAX_EXTENT, TransferCheck
 
-__all__ = ["PaddedLoad", "one_of"]
+__all__ = ["PaddedLoad", "LoadRequest", "LoadShare", "one_of"]
 
 
 def one_of(selected, values):
@@ -22,6 +22,19 @@ def one_of(selected, values):
     for bit, value in zip(selected, values):
         result = result | Mux(bit, value, 0)
     return result
+
+
+class LoadRequest(wiring.Signature):
+    """A stream's side of a LOAD executor: the instruction, a start pulse, and the outcome.
+
+    ``insn`` stays stable from ``start`` until ``done``; ``error`` and
+    ``bytes_read`` are valid with ``done`` and, for ``bytes_read``, until
+    the next ``start``.
+    """
+
+    def __init__(self, cfg):
+        super().__init__({"insn": Out(isa.instruction_layouts(cfg)[isa.Opcode.LOAD]), "start": Out(1),
+                          "done": In(1), "error": In(ERROR_BITS), "bytes_read": In(32)})
 
 
 class PaddedLoad(wiring.Component):
@@ -37,7 +50,8 @@ class PaddedLoad(wiring.Component):
     A stream runs one instruction at a time, so its memory types share the
     checks, the address arithmetic and the AXI reader; only the element
     packers (one per element size) and the write ports (one per buffer) are
-    separate.
+    separate. With ``lean`` the load and compute streams share one
+    (through :class:`LoadShare`).
 
     Parameters
     ----------
@@ -45,54 +59,48 @@ class PaddedLoad(wiring.Component):
     memory_types : sequence of MemType
         What this unit loads. Each type's DRAM element
         (``memory_type.dram_elem``) and SRAM buffer (``memory_type.buffer``)
-        size everything else.
-    converts : dict of MemType to callable
-        Maps a DRAM element (``elem_bytes·8`` bits) to an entry (e.g. sign
-        extension for ACC8); plain bit copy for the types not named.
+        size everything else; ACC8 elements are sign-extended into ACC
+        entries, every other type is copied bit for bit.
 
     Members
     -------
-    start : In(1)
-        Begin the instruction presented on ``insn`` (one-cycle pulse); ``insn``
-        stays stable until ``done``, and its memory type is one of ``memory_types``.
-    insn : In(insn_layout)
-    done : Out(1)
-        One-cycle pulse when the instruction has finished.
-    error : Out(ERROR_BITS)
-        Error code, valid with ``done`` (0 = none).
-    bytes_read : Out(32)
-        DRAM bytes the last instruction read, valid with ``done``.
+    request : In(LoadRequest)
+        The instruction (its memory type one of ``memory_types``) and its outcome.
     write_<buffer> : In(WritePort.Signature)
         One SRAM write port per buffer the memory types target.
     axi : Out(AxiReadSignature)
     """
 
-    def __init__(self, cfg, memory_types, *, addr_width, converts=None):
+    def __init__(self, cfg, memory_types, *, addr_width):
         self.memory_types = tuple(memory_types)
-        self.converts = dict(converts or {})
-        self.insn_layout = isa.instruction_layouts(cfg)[isa.Opcode.LOAD]
         self.elem_bytes = {mt: cfg.elem_bytes(mt.dram_elem) for mt in self.memory_types}
         self.depth = {mt: cfg.depth(mt.buffer) for mt in self.memory_types}
         self.buffers = sorted({mt.buffer for mt in self.memory_types})
         self.index_bits = max(cfg.index_bits(b) for b in self.buffers)
+        self.acc_lanes = cfg.lanes("acc")
+        self.lean = cfg.lean
         self.addr_width, self.data_width = addr_width, cfg.dram_bus_width
         members = {
-            "start": In(1),
-            "insn": In(self.insn_layout),
-            "done": Out(1),
-            "error": Out(ERROR_BITS),
-            "bytes_read": Out(32),
+            "request": In(LoadRequest(cfg)),
             "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=self.data_width)),
         }
         for b in self.buffers:
             members[f"write_{b}"] = In(WritePort.Signature(addr_width=cfg.index_bits(b), shape=sram_shape(cfg, b)))
         super().__init__(members)
 
+    def _entry(self, memory_type, element):
+        """The SRAM entry a DRAM element of ``memory_type`` becomes (ACC8: each byte sign-extended)."""
+        if memory_type != MemType.ACC8:
+            return element
+        count, width = self.acc_lanes
+        return Cat(Cat(element[8 * k:8 * k + 8], element[8 * k + 7].replicate(width - 8)) for k in range(count))
+
     def elaborate(self, platform):
         m = Module()
-        insn, types = self.insn, self.memory_types
+        request = self.request
+        insn, types = request.insn, self.memory_types
         m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=self.data_width)
-        m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base))
+        m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=self.lean)
         wiring.connect(m, reader.axi, wiring.flipped(self.axi))
 
         # The instruction's memory type, one-hot, and what it implies.
@@ -146,11 +154,7 @@ class PaddedLoad(wiring.Component):
             m.d.comb += packer.elements.ready.eq(write_now & in_data)
         for b in self.buffers:
             port = getattr(self, f"write_{b}")
-            entries = []
-            for k, mt in enumerate(types):
-                element = packers[self.elem_bytes[mt]].elements.payload
-                convert = self.converts.get(mt)
-                entries.append(element if convert is None else convert(element))
+            entries = [self._entry(mt, packers[self.elem_bytes[mt]].elements.payload) for mt in types]
             targets = Cat(selected[k] for k, mt in enumerate(types) if mt.buffer == b)
             m.d.comb += [port.addr.eq(addr), port.en.eq(write_now & targets.any()),
                          port.data.eq(Mux(in_data, per_type([e if mt.buffer == b else 0
@@ -161,11 +165,11 @@ class PaddedLoad(wiring.Component):
             reader.cmd.payload.row_bytes.eq(per_type([insn.x_size << s for s in shifts])),
             reader.cmd.payload.stride.eq(per_type([insn.x_stride << s for s in shifts])),
             reader.cmd.payload.rows.eq(insn.y_size),
-            self.bytes_read.eq(per_type([elements << s for s in shifts])),
+            request.bytes_read.eq(per_type([elements << s for s in shifts])),
         ]
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(self.start):
+                with m.If(request.start):
                     m.d.sync += [r.eq(0), c.eq(0), addr.eq(insn.sram_base), elements.eq(0),
                                  row_in.eq(starts["r"]), col_in.eq(starts["c"])]
                     for axis, pad0, size in (("r", insn.y_pad0, insn.y_size), ("c", insn.x_pad0, insn.x_size)):
@@ -176,10 +180,10 @@ class PaddedLoad(wiring.Component):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If((insn.x_size == 0) | (insn.y_size == 0)):
-                    m.d.comb += self.done.eq(1)
+                    m.d.comb += request.done.eq(1)
                     m.next = "IDLE"
                 with m.Elif(check.done & (check.error != 0)):
-                    m.d.comb += [self.done.eq(1), self.error.eq(check.error)]
+                    m.d.comb += [request.done.eq(1), request.error.eq(check.error)]
                     m.next = "IDLE"
                 with m.Elif(check.done):
                     m.d.comb += reader.cmd.valid.eq(1)
@@ -199,6 +203,61 @@ class PaddedLoad(wiring.Component):
             with m.State("DRAIN"):
                 # Every element has been written; wait until the reader has retired its bursts.
                 with m.If(~reader.busy):
-                    m.d.comb += [self.done.eq(1), self.error.eq(Mux(reader.error, ErrorCode.BUS_ERROR, 0))]
+                    m.d.comb += [request.done.eq(1), request.error.eq(Mux(reader.error, ErrorCode.BUS_ERROR, 0))]
                     m.next = "IDLE"
+        return m
+
+
+class LoadShare(wiring.Component):
+    """One :class:`PaddedLoad` for several streams: their LOADs take turns.
+
+    A client's ``start`` is remembered until the loader is free; clients
+    waiting together are served in turn, the one served longest ago first.
+    A LOAD never waits on a token once started, so a stream waiting here
+    waits only for the other stream's LOAD to finish. ``bytes_read`` is
+    kept per client until its next ``start``.
+
+    Members
+    -------
+    clients : In(LoadRequest) each, ``client_<k>``
+    loader : Out(LoadRequest)
+    """
+
+    def __init__(self, cfg, *, count=2):
+        self.count = count
+        members = {f"client_{k}": In(LoadRequest(cfg)) for k in range(count)}
+        members["loader"] = Out(LoadRequest(cfg))
+        super().__init__(members)
+
+    def clients(self):
+        return [getattr(self, f"client_{k}") for k in range(self.count)]
+
+    def elaborate(self, platform):
+        m = Module()
+        clients, loader = self.clients(), self.loader
+        pending = Signal(self.count)
+        served = Signal(range(self.count))       # the client the loader runs (or ran last)
+        busy = Signal()
+        for k, client in enumerate(clients):
+            with m.If(client.start):
+                m.d.sync += pending[k].eq(1)
+            bytes_read = Signal(32, name=f"bytes_read_{k}", reset_less=True)
+            mine = busy & (served == k)
+            m.d.comb += [client.done.eq(mine & loader.done), client.error.eq(Mux(mine, loader.error, 0)),
+                         client.bytes_read.eq(bytes_read)]
+            with m.If(mine & loader.done):
+                m.d.sync += bytes_read.eq(loader.bytes_read)
+        m.d.comb += loader.insn.eq(one_of([served == k for k in range(self.count)], [c.insn for c in clients]))
+        with m.If(busy & loader.done):
+            m.d.sync += [busy.eq(0), pending.bit_select(served, 1).eq(0)]
+        kick = Signal()         # the loader starts the cycle after the grant, once `served` selects its insn
+        m.d.sync += kick.eq(0)
+        m.d.comb += loader.start.eq(kick)
+        with m.If(~busy & pending.any()):
+            # the next waiting client after the one served last, round the circle
+            order = [(served + 1 + k) % self.count for k in range(self.count)]
+            choice = order[-1]
+            for candidate in reversed(order[:-1]):
+                choice = Mux(pending.bit_select(candidate, 1), candidate, choice)
+            m.d.sync += [busy.eq(1), served.eq(choice), kick.eq(1)]
         return m

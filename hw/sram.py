@@ -5,7 +5,7 @@ from amaranth.lib import data
 
 from tilewright import isa
 
-__all__ = ["sram_shape"]
+__all__ = ["sram_shape", "load_slices", "load_granularity"]
 
 
 def sram_shape(cfg, mem):
@@ -19,3 +19,18 @@ def sram_shape(cfg, mem):
     lanes, width = cfg.lanes(mem)
     return data.ArrayLayout(signed(width), lanes)
 
+
+
+def load_slices(cfg, mem):
+    """How many beats a LOAD writes one entry of SRAM ``mem`` in: one per bus-wide slice of its widest DRAM
+    element (ACC's 32-bit form for the accumulators), 1 when an element fits a beat. Micro-op entries are
+    always written whole."""
+    if mem == "uop":
+        return 1
+    return max(1, cfg.elem_bytes(mem) // cfg.bus_bytes)
+
+
+def load_granularity(cfg, mem):
+    """The granularity, in lanes, of the write port LOADs fill SRAM ``mem`` through (None: whole entries)."""
+    slices = load_slices(cfg, mem)
+    return None if slices == 1 else cfg.lanes(mem)[0] // slices

@@ -34,6 +34,8 @@ class StoreUnit(wiring.Component):
     cmd : In(stream of CommandLayout)
     prev : Out(TokenPort)   (c2s pops, s2c pushes)
     out_read, acc_read : In(ReadPort.Signature)
+    acc_read_free : In(1)
+        ``acc_read`` may be read this cycle (with ``lean`` the port is the ALU's between its instructions).
     axi : Out(AxiWriteSignature)
     halt, fault, error, index, status and counter outputs as in the other units
     """
@@ -46,6 +48,7 @@ class StoreUnit(wiring.Component):
             "prev": Out(TokenPort()),
             "out_read": In(ReadPort.Signature(addr_width=cfg.index_bits("out"), shape=sram_shape(cfg, "out"))),
             "acc_read": In(ReadPort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"))),
+            "acc_read_free": In(1),
             "axi": Out(AxiWriteSignature(addr_width=addr_width, data_width=cfg.dram_bus_width)),
             "halt": In(1),
             "fault": Out(1), "error": Out(isa.ERROR_BITS), "index": Out(32), "started": Out(1),
@@ -69,7 +72,7 @@ class StoreUnit(wiring.Component):
         wiring.connect(m, writer.axi, wiring.flipped(self.axi))
 
         insn = data.View(layouts[Opcode.STORE], seq.insn.as_value())     # stable until it retires
-        m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base))
+        m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=c.lean)
         m.d.comb += [
             check.sram_base.eq(insn.sram_base), check.rows.eq(insn.y_size), check.cols.eq(insn.x_size),
             check.depth.eq(c.acc_depth),          # OUT and ACC share one index space
@@ -202,14 +205,16 @@ class StoreUnit(wiring.Component):
                     m.d.comb += writer.cmd.valid.eq(1)
                     m.next = "STREAM"
             with m.State("BIAS_READ"):       # addr = sram_base: the entry arrives next cycle
-                m.next = "BIAS_LATCH"
+                with m.If(self.acc_read_free):
+                    m.next = "BIAS_LATCH"
             with m.State("BIAS_LATCH"):
                 m.d.sync += bias.eq(self.acc_read.data)
                 m.d.comb += done.eq(1)
                 m.next = "IDLE"
             with m.State("STREAM"):
                 # Room for the elements in the pipeline and the one issued now.
-                m.d.comb += issue.eq((left != 0) & (gap == 0) & (queue.level + sum(valid) + 1 <= queue.depth))
+                m.d.comb += issue.eq((left != 0) & (gap == 0) & (queue.level + sum(valid) + 1 <= queue.depth)
+                                     & (~insn.requant | self.acc_read_free))
                 with m.If((left == 0) & ~in_flight & ~queue.r_rdy & ~writer.busy):
                     m.d.comb += [done.eq(1), error.eq(Mux(writer.error, ErrorCode.BUS_ERROR, 0))]
                     m.next = "IDLE"

@@ -19,14 +19,15 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tilewright import isa
-from tilewright.isa import ErrorCode
+from tilewright.isa import ErrorCode, MemType
 
 from .arbiter import ReadArbiter
 from .axi import AxiLiteSignature, AxiSignature, forward
 from .compute import ComputeUnit
 from .fetch import Fetch
-from .fifo import RegisteredFIFO
+from .fifo import HeadRegisteredFIFO
 from .load import LoadUnit
+from .padded_load import LoadShare, PaddedLoad
 from .regs import ADDR_WIDTH, COUNTERS, STATUS_LAYOUT, RegisterFile, built_counters
 from .sequencer import CommandLayout
 from .sram import sram_shape
@@ -74,7 +75,7 @@ class _CommandQueue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         # The head is a register: the stream decodes the executing instruction straight from it.
-        m.submodules.fifo = q = RegisteredFIFO(width=len(self.w.payload.as_value()), depth=self.depth + 1)
+        m.submodules.fifo = q = HeadRegisteredFIFO(width=len(self.w.payload.as_value()), depth=self.depth + 1)
         m.d.comb += [q.w_data.eq(self.w.payload), q.w_en.eq(self.w.valid), self.w.ready.eq(q.w_rdy),
                      self.r.payload.eq(q.r_data), self.r.valid.eq(q.r_rdy), q.r_en.eq(self.r.ready),
                      self.empty.eq(q.level == self.held)]
@@ -116,8 +117,8 @@ class Datapath(wiring.Component):
         m = Module()
         c, aw = self.cfg, self.addr_width
         m.submodules.fetch = fetch = Fetch(c, addr_width=aw)
-        m.submodules.load = load = LoadUnit(c, addr_width=aw)
-        m.submodules.compute = compute = ComputeUnit(c, addr_width=aw)
+        m.submodules.load = load = LoadUnit(c)
+        m.submodules.compute = compute = ComputeUnit(c)
         m.submodules.store = store = StoreUnit(c, addr_width=aw)
         queues = {}
         for name in ("load", "compute", "store"):
@@ -144,20 +145,43 @@ class Datapath(wiring.Component):
         m.submodules.inp_mem = inp_mem = Memory(shape=sram_shape(c, "inp"), depth=c.inp_depth, init=[])
         m.submodules.wgt_mem = wgt_mem = Memory(shape=sram_shape(c, "wgt"), depth=c.wgt_depth, init=[])
         m.submodules.out_mem = out_mem = Memory(shape=sram_shape(c, "out"), depth=c.acc_depth, init=[])
-        wiring.connect(m, load.inp_write, inp_mem.write_port())
-        wiring.connect(m, load.wgt_write, wgt_mem.write_port())
+        inp_write, wgt_write = inp_mem.write_port(), wgt_mem.write_port()
         wiring.connect(m, compute.inp_read, inp_mem.read_port())
         wiring.connect(m, compute.wgt_read, wgt_mem.read_port())
         wiring.connect(m, compute.out_write, out_mem.write_port())
         wiring.connect(m, store.out_read, out_mem.read_port())
         wiring.connect(m, store.acc_read, compute.acc_for_store)
+        m.d.comb += store.acc_read_free.eq(compute.acc_for_store_free)
 
-        # -- AXI: three readers share AR/R, the store stream owns AW/W/B ----------------
+        # -- LOADs: one PaddedLoad per stream, or one both streams share ------------------
+        compute_types = (MemType.UOP, MemType.ACC, MemType.ACC8)
+        if c.lean:
+            m.submodules.loader = loader = PaddedLoad(c, (MemType.INP, MemType.WGT) + compute_types, addr_width=aw)
+            m.submodules.load_share = share = LoadShare(c)
+            wiring.connect(m, load.dma, share.client_0)
+            wiring.connect(m, compute.dma, share.client_1)
+            wiring.connect(m, share.loader, loader.request)
+            loaders = {"load": loader, "compute": loader}
+            readers = {"load": loader.axi}
+        else:
+            loaders = {"load": PaddedLoad(c, (MemType.INP, MemType.WGT), addr_width=aw),
+                       "compute": PaddedLoad(c, compute_types, addr_width=aw)}
+            for name, unit in (("load", load), ("compute", compute)):
+                m.submodules[f"{name}_loader"] = loaders[name]
+                wiring.connect(m, unit.dma, loaders[name].request)
+            readers = {name: loader.axi for name, loader in loaders.items()}
+        wiring.connect(m, loaders["load"].write_inp, inp_write)
+        wiring.connect(m, loaders["load"].write_wgt, wgt_write)
+        wiring.connect(m, loaders["compute"].write_uop, compute.uop_load)
+        wiring.connect(m, loaders["compute"].write_acc, compute.acc_load)
+
+        # -- AXI: the readers share AR/R, the store stream owns AW/W/B ----------------
         m.submodules.arbiter = arbiter = ReadArbiter(count=len(READ_CLIENTS), addr_width=aw,
                                                      data_width=c.dram_bus_width)
-        readers = {"fetch": fetch.axi, "load": load.axi, "compute": compute.axi}
+        readers["fetch"] = fetch.axi
         for k, name in enumerate(READ_CLIENTS):
-            wiring.connect(m, readers[name], arbiter.clients()[k])
+            if name in readers:      # (with lean the compute stream's reader is the load stream's)
+                wiring.connect(m, readers[name], arbiter.clients()[k])
         forward(m, arbiter.bus, self.axi)
         forward(m, store.axi, self.axi, skip={"awid", "bid"})
         m.d.comb += self.axi.awid.eq(0)

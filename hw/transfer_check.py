@@ -3,7 +3,9 @@
 They run once per instruction, so a few cycles of latency cost nothing,
 while doing them in one cycle (two multiplies, three carry chains) was the
 longest path of the whole accelerator. One multiplier, registered at both
-ends, serves both products.
+ends, serves both products; ``serial`` builds it as a shift-and-add over
+one bit of the multiplier per cycle instead (small FPGAs: no DSP block,
+a few dozen LUTs, up to 2·17 more cycles per instruction).
 """
 
 from amaranth import Module, Mux, Signal
@@ -32,6 +34,8 @@ class TransferCheck(wiring.Component):
     ----------
     sram_bits : int
         Width of the instructions' ``sram_base`` field.
+    serial : bool
+        Multiply one bit per cycle (see the module's docstring).
 
     Members
     -------
@@ -44,17 +48,18 @@ class TransferCheck(wiring.Component):
     dram_limit : In(DRAM_ADDR_BITS + 1)
         Elements on the bus.
     done : Out(1)
-        One-cycle pulse, :data:`LATENCY` cycles after ``start``.
+        One-cycle pulse, :data:`LATENCY` cycles after ``start`` (more when ``serial``).
     error : Out(ERROR_BITS)
         Valid with ``done``.
     extent : Out
         ``rows·cols``, valid with ``done``.
     """
 
-    #: Cycles from ``start`` to ``done``.
-    LATENCY = 5
+    #: Cycles from ``start`` to ``done`` with the parallel multiplier.
+    LATENCY = 6
 
-    def __init__(self, *, sram_bits):
+    def __init__(self, *, sram_bits, serial=False):
+        self.serial = serial
         self.product_bits = 2 * MAX_EXTENT.bit_length()
         super().__init__({
             "start": In(1),
@@ -67,31 +72,48 @@ class TransferCheck(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        step = Signal(self.LATENCY)          # one-hot: which cycle of the check this is
-        m.d.sync += step.eq(step[:-1] << 1)
-        with m.If(self.start):
-            m.d.sync += step.eq(1)
-
-        # Data registers, read only in the step after the one that sets them: no reset.
+        # Data registers, read only in the state after the one that sets them: no reset.
         a = Signal(range(MAX_EXTENT), reset_less=True)
-        b = Signal(range(MAX_EXTENT), reset_less=True)
+        b = Signal(self.product_bits, reset_less=True)
         product = Signal(self.product_bits, reset_less=True)
-        m.d.sync += product.eq(a * b)
+        ready = Signal()             # `product` is a·b of the operands set on entering the state
+        if self.serial:
+            # product += b while a's low bit is set; a >>= 1, b <<= 1; a·b is in when a is 0
+            m.d.comb += ready.eq(a == 0)
+            m.d.sync += [a.eq(a >> 1), b.eq(b << 1), product.eq(product + Mux(a[0], b, 0))]
+        else:
+            # the registered product of the operands set one cycle ago
+            waited = Signal()
+            m.d.comb += ready.eq(waited)
+            m.d.sync += [product.eq(a * b[:len(a)]), waited.eq(1)]
+
+        def operands(x, y):
+            return [a.eq(x), b.eq(y), product.eq(0) if self.serial else waited.eq(0)]
+
         dram_last = Signal(isa.DRAM_ADDR_BITS + 1, reset_less=True)      # dram_base + x_size
         sram_end = Signal(self.product_bits + 1, reset_less=True)
         dram_end = Signal(isa.DRAM_ADDR_BITS + 2, reset_less=True)
-        with m.If(self.start):              # cycle 0: the rectangle's size into the multiplier
-            m.d.sync += [a.eq(self.rows), b.eq(self.cols), dram_last.eq(self.dram_base + self.x_size)]
-        with m.If(step[0]):                 # cycle 1: product = rows·cols; the DRAM span next
-            m.d.sync += [a.eq(self.y_size - 1), b.eq(self.x_stride)]
-        with m.If(step[1]):                 # cycle 2: the rectangle's end; product = (y_size-1)·x_stride
-            m.d.sync += [self.extent.eq(product), sram_end.eq(self.sram_base + product)]
-        with m.If(step[2]):                 # cycle 3: one past the last DRAM element
-            m.d.sync += dram_end.eq(dram_last + product)
         sram_bad = Signal()
         bus_bad = Signal()
-        with m.If(step[3]):                 # cycle 4: the comparisons
-            m.d.sync += [sram_bad.eq(sram_end > self.depth), bus_bad.eq(dram_end > self.dram_limit)]
-        m.d.comb += [self.done.eq(step[4]),
-                     self.error.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE, Mux(bus_bad, ErrorCode.BUS_ERROR, 0)))]
+        m.d.comb += self.error.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE, Mux(bus_bad, ErrorCode.BUS_ERROR, 0)))
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):       # the rectangle's size into the multiplier
+                    m.d.sync += [*operands(self.rows, self.cols), dram_last.eq(self.dram_base + self.x_size)]
+                    m.next = "AREA"
+            with m.State("AREA"):            # product = rows·cols; the DRAM span next
+                with m.If(ready):
+                    m.d.sync += operands(self.y_size - 1, self.x_stride)
+                    m.d.sync += [self.extent.eq(product), sram_end.eq(self.sram_base + product)]
+                    m.next = "SPAN"
+            with m.State("SPAN"):            # product = (y_size-1)·x_stride: one past the last DRAM element
+                with m.If(ready):
+                    m.d.sync += dram_end.eq(dram_last + product)
+                    m.next = "COMPARE"
+            with m.State("COMPARE"):
+                m.d.sync += [sram_bad.eq(sram_end > self.depth), bus_bad.eq(dram_end > self.dram_limit)]
+                m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += self.done.eq(1)
+                m.next = "IDLE"
         return m

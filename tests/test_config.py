@@ -35,12 +35,12 @@ def test_fingerprint_ignores_name_and_tracks_parameters():
 
 
 def test_options_at_their_default_leave_the_fingerprint_as_before_they_existed():
-    """perf_counters, soft_products and vector_lanes came later: a config that leaves them at their
+    """perf_counters, soft_products, vector_lanes and lean came later: a config that leaves them at their
     defaults hashes the parameters without them."""
     import hashlib
     import json
     c = PRESETS["small"]
-    params = {k: v for k, v in c.params().items() if k not in ("perf_counters", "soft_products", "vector_lanes")}
+    params = {k: v for k, v in c.params().items() if k not in ("perf_counters", "soft_products", "vector_lanes", "lean")}
     assert c.fingerprint == hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -86,6 +86,14 @@ class HwConfig:
         micro-op takes ``batch·block_out / vector_lanes`` cycles and so does
         each element of a requantizing STORE, in that much less logic and
         as many fewer DSP blocks. The results are the same.
+    lean : bool
+        Area before speed, for small FPGAs whose memory serves one burst at
+        a time anyway: the LOADs of the load and compute streams take turns
+        on one DMA engine (a LOAD never waits on a token once started); a
+        requantizing STORE reads the accumulators through the ALU's second
+        read port, between ALU instructions, instead of a third port of its
+        own; the LOAD/STORE range checks multiply one bit per cycle. Programs
+        run the same, in more cycles.
     perf_counters : bool
         Build the performance counters (:data:`tilewright.hw.regs.COUNTERS`).
         Without them only ``cycles`` counts, the other counter registers read
@@ -111,6 +119,7 @@ class HwConfig:
     soft_products: int = _option(0)
     vector_lanes: int = _option(0)
     perf_counters: bool = _option(True)
+    lean: bool = _option(False)
     name: str = dataclasses.field(default="custom", compare=False)
 
     def __post_init__(self):

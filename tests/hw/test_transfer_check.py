@@ -1,0 +1,69 @@
+"""TransferCheck in the Amaranth simulator, parallel and serial, against the checks written out in Python."""
+
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from tilewright import isa
+from tilewright.hw.transfer_check import MAX_EXTENT, TransferCheck
+from tilewright.isa import ErrorCode
+
+SRAM_BITS = 10
+
+
+def expected(case):
+    """The error the functional simulator's order of checks gives, and the extent."""
+    if case["sram_base"] + case["rows"] * case["cols"] > case["depth"]:
+        return ErrorCode.SRAM_RANGE
+    if case["dram_base"] + (case["y_size"] - 1) * case["x_stride"] + case["x_size"] > case["dram_limit"]:
+        return ErrorCode.BUS_ERROR
+    return 0
+
+
+def random_case(rng):
+    big = rng.random() < 0.3        # operands near their limits, where widths matter
+    return {
+        "sram_base": rng.randrange(1 << SRAM_BITS), "depth": rng.randrange(1, (1 << SRAM_BITS) + 1),
+        "rows": rng.randrange(MAX_EXTENT) if big else rng.randrange(1, 40),
+        "cols": rng.randrange(MAX_EXTENT) if big else rng.randrange(1, 40),
+        "dram_base": rng.randrange(1 << isa.DRAM_ADDR_BITS) if big else rng.randrange(1 << 16),
+        "x_size": rng.randrange(1 << isa.SIZE_BITS), "y_size": rng.randrange(1, 1 << isa.SIZE_BITS),
+        "x_stride": rng.randrange(1 << isa.SIZE_BITS),
+        "dram_limit": rng.choice([1 << 16, 1 << 20, 1 << isa.DRAM_ADDR_BITS]),
+    }
+
+
+@pytest.mark.parametrize("serial", [False, True], ids=["parallel", "serial"])
+def test_checks_match_the_reference(serial):
+    dut = TransferCheck(sram_bits=SRAM_BITS, serial=serial)
+    rng = random.Random(5)
+    cases = [random_case(rng) for _ in range(60)]
+    latencies = []
+
+    async def bench(ctx):
+        for case in cases:
+            for name, value in case.items():
+                ctx.set(getattr(dut, name), value)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            cycles = 1
+            while not ctx.get(dut.done):
+                await ctx.tick()
+                cycles += 1
+                assert cycles < 100
+            assert ctx.get(dut.error) == expected(case), case
+            if ctx.get(dut.error) != ErrorCode.SRAM_RANGE:
+                assert ctx.get(dut.extent) == case["rows"] * case["cols"]
+            latencies.append(cycles)
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    if serial:      # one cycle per bit of the multipliers, at most
+        assert max(latencies) <= TransferCheck.LATENCY + 2 * MAX_EXTENT.bit_length()
+    else:
+        assert set(latencies) == {TransferCheck.LATENCY}
