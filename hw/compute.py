@@ -18,7 +18,7 @@ from tilewright.isa import ErrorCode, MemType, Opcode
 from .core import ComputeCore
 from .padded_load import LoadRequest
 from .sequencer import CommandLayout, Sequencer, TokenPort
-from .sram import sram_shape
+from .sram import load_granularity, sram_shape
 
 __all__ = ["ComputeUnit"]
 
@@ -68,7 +68,8 @@ class ComputeUnit(wiring.Component):
             "acc_for_store_free": Out(1),
             "dma": Out(LoadRequest(cfg)),
             "uop_load": Out(WritePort.Signature(addr_width=cfg.index_bits("uop"), shape=sram_shape(cfg, "uop"))),
-            "acc_load": Out(WritePort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"))),
+            "acc_load": Out(WritePort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"),
+                                                granularity=load_granularity(cfg, "acc"))),
             "protocol_ok": In(1),
             "halt": In(1),
             "finished": Out(1),
@@ -94,7 +95,7 @@ class ComputeUnit(wiring.Component):
         m.submodules.acc_mem = acc_mem = Memory(shape=sram_shape(c, "acc"), depth=c.acc_depth, init=[])
         uop_w = uop_mem.write_port()
         uop_r = uop_mem.read_port()
-        acc_w = acc_mem.write_port()
+        acc_w = acc_mem.write_port(granularity=load_granularity(c, "acc"))
         acc_ra = acc_mem.read_port(transparent_for=(acc_w,))
         acc_rb = acc_mem.read_port(transparent_for=(acc_w,))
         # Requantizing STOREs read through a third port (tokens keep them off rows compute is writing),
@@ -122,10 +123,14 @@ class ComputeUnit(wiring.Component):
         wiring.connect(m, core.inp_read, wiring.flipped(self.inp_read))
         wiring.connect(m, core.wgt_read, wiring.flipped(self.wgt_read))
         wiring.connect(m, core.out_write, wiring.flipped(self.out_write))
-        # One writer of acc at a time: the compute stream runs one instruction.
-        for writer in (core.acc_write, self.acc_load):
-            with m.If(writer.en):
-                m.d.comb += [acc_w.addr.eq(writer.addr), acc_w.data.eq(writer.data), acc_w.en.eq(1)]
+        # One writer of acc at a time: the compute stream runs one instruction. The core writes whole
+        # rows, a LOAD slices of one.
+        with m.If(core.acc_write.en):
+            m.d.comb += [acc_w.addr.eq(core.acc_write.addr), acc_w.data.eq(core.acc_write.data),
+                         acc_w.en.eq((1 << len(acc_w.en)) - 1)]
+        with m.Elif(self.acc_load.en.any()):
+            m.d.comb += [acc_w.addr.eq(self.acc_load.addr), acc_w.data.eq(self.acc_load.data),
+                         acc_w.en.eq(self.acc_load.en)]
 
         word = seq.insn.as_value()
         load = data.View(layouts[Opcode.LOAD], word)

@@ -10,7 +10,7 @@ from tilewright.isa import ERROR_BITS, ErrorCode, MemType
 
 from .axi import AxiReadSignature
 from .dma import ElementPacker, RowReader
-from .sram import sram_shape
+from .sram import load_granularity, load_slices, sram_shape
 from .transfer_check import MAX_EXTENT, TransferCheck
 
 __all__ = ["PaddedLoad", "LoadRequest", "LoadShare", "one_of"]
@@ -77,6 +77,7 @@ class PaddedLoad(wiring.Component):
         self.depth = {mt: cfg.depth(mt.buffer) for mt in self.memory_types}
         self.buffers = sorted({mt.buffer for mt in self.memory_types})
         self.index_bits = max(cfg.index_bits(b) for b in self.buffers)
+        self.cfg = cfg
         self.acc_lanes = cfg.lanes("acc")
         self.lean = cfg.lean
         self.addr_width, self.data_width = addr_width, cfg.dram_bus_width
@@ -85,20 +86,23 @@ class PaddedLoad(wiring.Component):
             "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=self.data_width)),
         }
         for b in self.buffers:
-            members[f"write_{b}"] = In(WritePort.Signature(addr_width=cfg.index_bits(b), shape=sram_shape(cfg, b)))
+            members[f"write_{b}"] = In(WritePort.Signature(addr_width=cfg.index_bits(b), shape=sram_shape(cfg, b),
+                                                            granularity=load_granularity(cfg, b)))
         super().__init__(members)
 
-    def _entry(self, memory_type, element):
-        """The SRAM entry a DRAM element of ``memory_type`` becomes (ACC8: each byte sign-extended)."""
+    def _entry(self, memory_type, data):
+        """What ``data`` (whole DRAM elements of ``memory_type``, or a bus-wide slice of one) becomes in
+        SRAM: ACC8's bytes sign-extended to accumulators, every other type bit for bit."""
         if memory_type != MemType.ACC8:
-            return element
-        count, width = self.acc_lanes
-        return Cat(Cat(element[8 * k:8 * k + 8], element[8 * k + 7].replicate(width - 8)) for k in range(count))
+            return data
+        width = self.acc_lanes[1]
+        return Cat(Cat(data[8 * k:8 * k + 8], data[8 * k + 7].replicate(width - 8)) for k in range(len(data) // 8))
 
     def elaborate(self, platform):
         m = Module()
         request = self.request
         insn, types = request.insn, self.memory_types
+        B = self.data_width // 8
         m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=self.data_width)
         m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=self.lean)
         wiring.connect(m, reader.axi, wiring.flipped(self.axi))
@@ -106,20 +110,28 @@ class PaddedLoad(wiring.Component):
         # The instruction's memory type, one-hot, and what it implies.
         selected = Cat(insn.memory_type == mt for mt in types)
         shifts = [self.elem_bytes[mt].bit_length() - 1 for mt in types]
+        slices = [max(1, self.elem_bytes[mt] // B) for mt in types]      # beats per DRAM element
 
         def per_type(values):
             return one_of(selected, values)
 
-        # One packer per element size; the reader's beats go to the one in use.
+        def uses(predicate):
+            return Cat(selected[k] for k, mt in enumerate(types) if predicate(mt)).any()
+
+        # Elements smaller than a beat come through a packer (one per size), several per beat; a beat of a
+        # larger element is one slice of its SRAM entry and is written as it arrives.
         packers = {}
-        for E in sorted(set(self.elem_bytes.values())):
-            packers[E] = m.submodules[f"packer_{E}"] = ElementPacker(elem_bytes=E, bus_bytes=self.data_width // 8)
-            uses = Cat(selected[k] for k, mt in enumerate(types) if self.elem_bytes[mt] == E).any()
+        for E in sorted({E for E in self.elem_bytes.values() if E < B}):
+            packers[E] = m.submodules[f"packer_{E}"] = ElementPacker(elem_bytes=E, bus_bytes=B)
             m.d.comb += [packers[E].beats.payload.eq(reader.beats.payload),
-                         packers[E].beats.valid.eq(reader.beats.valid & uses)]
-            with m.If(uses):
+                         packers[E].beats.valid.eq(reader.beats.valid & uses(lambda mt: self.elem_bytes[mt] == E))]
+            with m.If(uses(lambda mt: self.elem_bytes[mt] == E)):
                 m.d.comb += reader.beats.ready.eq(packers[E].beats.ready)
-        element_valid = per_type([packers[self.elem_bytes[mt]].elements.valid for mt in types])
+        direct = uses(lambda mt: self.elem_bytes[mt] >= B)
+        sources = [(packers[E].elements.valid, packers[E].elements.payload) if E < B
+                   else (reader.beats.valid, reader.beats.payload.data) for E in (self.elem_bytes[mt] for mt in types)]
+        element_valid = per_type([valid for valid, _ in sources])
+        word = per_type([payload for _, payload in sources])     # an element (below a beat) or a beat
 
         rows = Signal(range(MAX_EXTENT))
         cols = Signal(range(MAX_EXTENT))
@@ -142,23 +154,51 @@ class PaddedLoad(wiring.Component):
                  for name in ("r_enter", "r_leave", "r_last", "c_enter", "c_leave", "c_last")}
         starts = {"r": insn.y_pad0 == 0, "c": insn.x_pad0 == 0}     # the first row (column) is data
         addr = Signal(self.index_bits + 1, reset_less=True)
+        part = Signal(range(max(slices)), reset_less=True)          # the slice of the entry the next beat fills
         in_data = row_in & col_in
         last_entry = (r == bound["r_last"]) & (c == bound["c_last"])
+        last_part = per_type([part == n - 1 for n in slices])
 
         def advanced(counter, inside, axis):
             """The counter's flag after it steps past ``counter``: data from pad0 on, padding from pad0 + size on."""
             return Mux(counter == bound[f"{axis}_enter"], 1, Mux(counter == bound[f"{axis}_leave"], 0, inside))
-        write_now = Signal()
+        writing = Signal()          # the walk is on: padding is written, data as it arrives
+        write_now = writing & (~in_data | element_valid)
+        entry_done = write_now & (~in_data | last_part)
         elements = Signal(2 * isa.SIZE_BITS, reset_less=True)       # DRAM elements written so far
-        for E, packer in packers.items():
+        for packer in packers.values():
             m.d.comb += packer.elements.ready.eq(write_now & in_data)
+        with m.If(direct):
+            m.d.comb += reader.beats.ready.eq(writing & in_data)
+
+        # Writes leave through registers: the SRAMs (spread over many block RAMs) see no logic.
+        w_en = Signal()
+        w_addr = Signal.like(addr, reset_less=True)
+        w_word = Signal(B * 8, reset_less=True)        # the element or beat; 0 in the padding
+        w_part = Signal.like(part, reset_less=True)
+        w_whole = Signal(reset_less=True)              # the whole entry (padding, or an element that fits a beat)
+        m.d.sync += [w_en.eq(write_now), w_addr.eq(addr), w_word.eq(Mux(in_data, word, 0)), w_part.eq(part),
+                     w_whole.eq(~in_data | per_type([n == 1 for n in slices]))]
         for b in self.buffers:
             port = getattr(self, f"write_{b}")
-            entries = [self._entry(mt, packers[self.elem_bytes[mt]].elements.payload) for mt in types]
-            targets = Cat(selected[k] for k, mt in enumerate(types) if mt.buffer == b)
-            m.d.comb += [port.addr.eq(addr), port.en.eq(write_now & targets.any()),
-                         port.data.eq(Mux(in_data, per_type([e if mt.buffer == b else 0
-                                                             for e, mt in zip(entries, types)]), 0))]
+            port_slices = load_slices(self.cfg, b)
+            datas, masks = [], []
+            for k, mt in enumerate(types):
+                if mt.buffer != b:
+                    datas.append(0)
+                    masks.append(0)
+                    continue
+                E = self.elem_bytes[mt]
+                if E <= B:       # whole elements: one entry a write
+                    datas.append(self._entry(mt, w_word[:E * 8]))
+                    masks.append((1 << port_slices) - 1)
+                else:            # slices: the beat goes to every slice, the mask picks one
+                    entry = self._entry(mt, w_word)
+                    datas.append(entry.replicate(len(port.data.as_value()) // len(entry)))
+                    per_slice = port_slices // slices[k]
+                    masks.append(Mux(w_whole, (1 << port_slices) - 1, ((1 << per_slice) - 1) << (w_part * per_slice)))
+            m.d.comb += [port.addr.eq(w_addr), port.data.eq(per_type(datas)),
+                         port.en.eq(Mux(w_en, per_type(masks), 0))]
 
         m.d.comb += [
             reader.cmd.payload.addr.eq(per_type([insn.dram_base << s for s in shifts])),
@@ -170,7 +210,7 @@ class PaddedLoad(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(request.start):
-                    m.d.sync += [r.eq(0), c.eq(0), addr.eq(insn.sram_base), elements.eq(0),
+                    m.d.sync += [r.eq(0), c.eq(0), addr.eq(insn.sram_base), elements.eq(0), part.eq(0),
                                  row_in.eq(starts["r"]), col_in.eq(starts["c"])]
                     for axis, pad0, size in (("r", insn.y_pad0, insn.y_size), ("c", insn.x_pad0, insn.x_size)):
                         # pad0 - 1 wraps to all ones when pad0 is 0: a value the counter never reaches
@@ -189,8 +229,10 @@ class PaddedLoad(wiring.Component):
                     m.d.comb += reader.cmd.valid.eq(1)
                     m.next = "WRITE"
             with m.State("WRITE"):
-                m.d.comb += write_now.eq(~in_data | element_valid)
-                with m.If(write_now):
+                m.d.comb += writing.eq(1)
+                with m.If(write_now & in_data):
+                    m.d.sync += part.eq(Mux(last_part, 0, part + 1))
+                with m.If(entry_done):
                     m.d.sync += addr.eq(addr + 1)
                     with m.If(c == bound["c_last"]):
                         m.d.sync += [c.eq(0), col_in.eq(starts["c"]), r.eq(r + 1), row_in.eq(advanced(r, row_in, "r"))]
@@ -201,7 +243,8 @@ class PaddedLoad(wiring.Component):
                     with m.If(last_entry):
                         m.next = "DRAIN"
             with m.State("DRAIN"):
-                # Every element has been written; wait until the reader has retired its bursts.
+                # Every element has been written (the last write lands this cycle); wait until the reader
+                # has retired its bursts.
                 with m.If(~reader.busy):
                     m.d.comb += [request.done.eq(1), request.error.eq(Mux(reader.error, ErrorCode.BUS_ERROR, 0))]
                     m.next = "IDLE"

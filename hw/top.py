@@ -30,7 +30,7 @@ from .load import LoadUnit
 from .padded_load import LoadShare, PaddedLoad
 from .regs import ADDR_WIDTH, COUNTERS, STATUS_LAYOUT, RegisterFile, built_counters
 from .sequencer import CommandLayout
-from .sram import sram_shape
+from .sram import load_granularity, sram_shape
 from .store import StoreUnit
 from .token_queue import TokenQueue
 
@@ -145,7 +145,8 @@ class Datapath(wiring.Component):
         m.submodules.inp_mem = inp_mem = Memory(shape=sram_shape(c, "inp"), depth=c.inp_depth, init=[])
         m.submodules.wgt_mem = wgt_mem = Memory(shape=sram_shape(c, "wgt"), depth=c.wgt_depth, init=[])
         m.submodules.out_mem = out_mem = Memory(shape=sram_shape(c, "out"), depth=c.acc_depth, init=[])
-        inp_write, wgt_write = inp_mem.write_port(), wgt_mem.write_port()
+        inp_write = inp_mem.write_port(granularity=load_granularity(c, "inp"))
+        wgt_write = wgt_mem.write_port(granularity=load_granularity(c, "wgt"))
         wiring.connect(m, compute.inp_read, inp_mem.read_port())
         wiring.connect(m, compute.wgt_read, wgt_mem.read_port())
         wiring.connect(m, compute.out_write, out_mem.write_port())
