@@ -35,7 +35,7 @@ from amaranth.back import rtlil
 from tilewright.config import load_config
 from tilewright.isa import MemType
 from tilewright.fpga.boards import get_board
-from tilewright.fpga.build import SYNTH, tool, utilization_from_stat
+from tilewright.fpga.build import SYNTH, synth_commands, tool, utilization_from_stat
 from tilewright.hw.compute import ComputeUnit
 from tilewright.hw.core import ComputeCore
 from tilewright.hw.fetch import Fetch
@@ -61,8 +61,15 @@ UNITS = {
 def synthesise(component, family, workdir):
     """Cells of ``component`` by kind after the family's Yosys synthesis (netlist in ``workdir/unit.json``)."""
     (workdir / "unit.il").write_text(rtlil.convert(component, name="top"))
-    script = f"read_rtlil unit.il; {SYNTH[family]} -top top; tee -q -o stat.json stat -json; write_json unit.json"
-    subprocess.run([tool("yosys"), "-q", "-p", script], cwd=workdir, check=True, capture_output=True)
+    commands = synth_commands(family)
+    for attempt, command in enumerate(commands):       # the classic LUT mapper when ABC9 quits
+        script = f"read_rtlil unit.il; {command}; tee -q -o stat.json stat -json; write_json unit.json"
+        try:
+            subprocess.run([tool("yosys"), "-q", "-p", script], cwd=workdir, check=True, capture_output=True)
+            break
+        except subprocess.CalledProcessError:
+            if attempt + 1 == len(commands):
+                raise
     return utilization_from_stat(json.loads((workdir / "stat.json").read_text()), family)
 
 

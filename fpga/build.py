@@ -25,6 +25,7 @@ from .boards import get_board
 from .soc import BoardTop
 
 __all__ = ["BuildError", "build_bitstream", "summary", "worst_fmax", "tool", "utilization_from_stat", "SYNTH",
+           "synth_commands",
            "REPORT_NAME"]
 
 REPORT_NAME = "report.json"
@@ -148,14 +149,26 @@ def _pack_args(board, platform):
 #: The Yosys synthesis command per family.
 SYNTH = {"ecp5": "synth_ecp5", "ice40": "synth_ice40 -dsp -spram", "gowin": "synth_gowin"}
 
+#: The same flows with ABC's classic LUT mapper in place of ABC9, which YoWASP's build of ABC sometimes
+#: quits without a word on large designs (the whole ``small`` accelerator, say).
+_CLASSIC_LUTS = {
+    "ecp5": "synth_ecp5 -top top -run begin:map_luts; techmap -map +/lattice/latches_map.v; abc -lut 4 -dress; "
+            "clean; synth_ecp5 -top top -run map_cells:",
+    "gowin": "synth_gowin -top top -run begin:map_luts; abc -lut 4 -dress; clean; synth_gowin -top top -run map_cells:",
+}
 
-def _synth_script(board, cfg):
-    synth = SYNTH[board.family]
+
+def synth_commands(family):
+    """The Yosys commands that synthesise module ``top`` for ``family``, in the order to try them."""
+    return [f"{SYNTH[family]} -top top"] + ([_CLASSIC_LUTS[family]] if family in _CLASSIC_LUTS else [])
+
+
+def _synth_script(board, cfg, command):
     script = "read_rtlil top.il; "
     if board.mem_ram_style == "huge":
         # SPRAM cannot be initialised: drop the on-chip memory's all-zero contents (its words only).
         script += f"delete t:$meminit_v2 r:WORDS={board.mem_bytes // cfg.bus_bytes}; "
-    return script + f"{synth} -top top; tee -q -o stat.json stat -json; write_json top.json"
+    return script + f"{command}; tee -q -o stat.json stat -json; write_json top.json"
 
 
 def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=None, progress=print):
@@ -187,9 +200,19 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     report["tools"]["yosys"] = _version(tool("yosys"))
 
     progress("  synthesizing (Yosys)")
-    report["seconds"]["synthesis"] = _run([tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board, cfg)],
-                                          cwd=out, log="synth.stdout", tail="synth.log", what="Yosys",
-                                          progress=progress)
+    report["seconds"]["synthesis"] = 0
+    commands = synth_commands(board.family)
+    for attempt, command in enumerate(commands):
+        try:
+            report["seconds"]["synthesis"] += _run(
+                [tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board, cfg, command)],
+                cwd=out, log="synth.stdout", tail="synth.log", what="Yosys", progress=progress)
+            report["lut_mapper"] = "abc9" if attempt == 0 else "abc"
+            break
+        except BuildError:
+            if attempt + 1 == len(commands):
+                raise
+            progress("  ABC9 stopped without a message; mapping LUTs again with ABC's classic mapper")
     used = utilization_from_stat(json.loads((out / "stat.json").read_text()), board.family)
     report["synthesis"] = {kind: {"used": used.get(kind, 0), "available": board.resources.get(kind)}
                            for kind in used}

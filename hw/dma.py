@@ -13,6 +13,10 @@ elements narrower than the bus run at slots/(slots+1) elements per cycle).
 * :class:`RowWriter` issues AW requests, packs elements into W beats with
   byte strobes and waits for every B response.
 
+Both split rows into the fewest legal bursts; with ``lean`` (small FPGAs,
+``HwConfig.lean``) into bursts of at most :data:`LEAN_BURST_BEATS` beats
+that never cross an aligned block of that many, in a fraction of the logic.
+
 Addresses are element-aligned (the ISA counts DRAM in elements), so an
 element never straddles a beat when it is smaller than one, and elements
 larger than a beat start on a beat boundary.
@@ -25,12 +29,15 @@ from amaranth.lib.wiring import In, Out
 from .axi import (BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, RESP_OKAY, AxiReadSignature,
                   AxiWriteSignature)
 
-__all__ = ["TransferLayout", "RowReader", "ElementPacker", "RowWriter"]
+__all__ = ["TransferLayout", "RowReader", "ElementPacker", "RowWriter", "LEAN_BURST_BEATS"]
 
 #: Rows of a transfer command (the ISA's 16-bit ``y_size``).
 ROWS_BITS = 16
 
 BOUNDARY_SHIFT = BOUNDARY_BYTES.bit_length() - 1
+
+#: The longest burst of a lean transfer (``lean`` readers and writers), and the aligned block none crosses.
+LEAN_BURST_BEATS = 16
 
 
 def TransferLayout(addr_width):
@@ -50,13 +57,30 @@ def _burst_layout(bus_bytes):
                               "hi": range(1, bus_bytes + 1), "last": 1})
 
 
-def _address_channel(axi, prefix, request, bus_bytes):
-    """Drive AXI's AR or AW channel (``prefix`` "ar"/"aw") from a burst request stream: ID 0, INCR bursts
-    of whole bus words."""
+def _address_channel(m, axi, prefix, split, pending, bus_bytes, *, room=1):
+    """Drive AXI's AR or AW channel (``prefix`` "ar"/"aw") with the splitter's bursts: ID 0, INCR bursts
+    of whole bus words. A burst waits in a register (its length comes from compares and carry chains,
+    and the channel fans out to an arbiter and beyond) and its descriptor enters ``pending`` as its
+    address is accepted, so data never runs ahead of the address. ``room`` holds bursts back.
+    Returns the register's valid bit (a burst not yet sent)."""
     ch = {name: getattr(axi, prefix + name) for name in ("id", "addr", "len", "size", "burst", "valid", "ready")}
-    return [ch["id"].eq(0), ch["addr"].eq(request.payload.addr), ch["len"].eq(request.payload.beats - 1),
-            ch["size"].eq(bus_bytes.bit_length() - 1), ch["burst"].eq(BURST_INCR), ch["valid"].eq(request.valid),
-            request.ready.eq(ch["ready"])]
+    held = Signal(name=f"{prefix}_held")
+    addr = Signal.like(split.request.payload.addr, name=f"{prefix}_addr", reset_less=True)
+    beats = Signal.like(split.request.payload.beats, name=f"{prefix}_beats", reset_less=True)
+    descriptor = Signal.like(split.burst.payload, name=f"{prefix}_burst", reset_less=True)
+    sent = ch["valid"] & ch["ready"]
+    free = ~held | sent
+    m.d.comb += [ch["id"].eq(0), ch["addr"].eq(addr), ch["len"].eq(beats - 1),
+                 ch["size"].eq(bus_bytes.bit_length() - 1), ch["burst"].eq(BURST_INCR),
+                 ch["valid"].eq(held & pending.w_rdy & room),
+                 split.request.ready.eq(free), split.burst.ready.eq(free),
+                 pending.w_data.eq(descriptor), pending.w_en.eq(sent)]
+    with m.If(split.request.valid & free):
+        m.d.sync += [held.eq(1), addr.eq(split.request.payload.addr), beats.eq(split.request.payload.beats),
+                     descriptor.eq(split.burst.payload)]
+    with m.Elif(sent):
+        m.d.sync += held.eq(0)
+    return held
 
 
 class _BurstSplitter(wiring.Component):
@@ -180,6 +204,77 @@ class _BurstSplitter(wiring.Component):
         return m
 
 
+class _LeanBurstSplitter(wiring.Component):
+    """:class:`_BurstSplitter`'s ports, in a fraction of its logic, for slow clocks and small FPGAs.
+
+    Bursts end where a row does or at the next block of :data:`LEAN_BURST_BEATS` beats, aligned: no
+    burst crosses 4 KiB or exceeds 256 beats, but a long row takes more, shorter bursts. A burst's
+    length comes from a subtraction and a compare in the cycle it leaves; a command spends one cycle
+    in set-up.
+    """
+
+    def __init__(self, *, addr_width, bus_bytes):
+        self.bus_bytes = bus_bytes
+        self.bits = addr_width + 1
+        super().__init__({
+            "cmd": In(stream.Signature(TransferLayout(addr_width))),
+            "request": Out(stream.Signature(data.StructLayout({"addr": self.bits,
+                                                               "beats": range(1, MAX_BURST_BEATS + 1)}))),
+            "burst": Out(stream.Signature(_burst_layout(bus_bytes))),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B, bits = self.bus_bytes, self.bits
+        shift = B.bit_length() - 1
+        block = LEAN_BURST_BEATS.bit_length() - 1
+        # (set by the command, read only while it runs: no reset)
+        start = Signal(bits, reset_less=True)       # next byte to request in this row
+        row_end = Signal(bits, reset_less=True)     # one past the row's last byte
+        row_addr = Signal(bits, reset_less=True)
+        stride = Signal(bits, reset_less=True)
+        row_bytes = Signal(bits, reset_less=True)
+        rows_left = Signal(ROWS_BITS, reset_less=True)
+        setup = Signal()
+        active = Signal()
+
+        beat = start[shift:]                               # the burst's first beat
+        final_beat = (row_end - 1)[shift:]                 # the row's last beat
+        block_end = beat | ((1 << block) - 1)              # the last beat of the aligned block
+        last_in_row = final_beat <= block_end
+        last_beat = Mux(last_in_row, final_beat, block_end)
+        beats = (last_beat - beat + 1)[:block + 1]
+        m.d.comb += [
+            self.busy.eq(active | setup),
+            self.cmd.ready.eq(~active & ~setup),
+            self.request.payload.addr.eq(beat << shift),
+            self.request.payload.beats.eq(beats),
+            self.burst.payload.beats.eq(beats),
+            self.burst.payload.lo.eq(start[:shift] if shift else 0),
+            self.burst.payload.hi.eq(Mux(last_in_row, (row_end - 1)[:shift] + 1 if shift else 1, B)),
+            self.burst.payload.last.eq(last_in_row & (rows_left == 1)),
+            self.request.valid.eq(active & self.burst.ready),
+            self.burst.valid.eq(active & self.request.ready),
+        ]
+        with m.If(self.cmd.valid & self.cmd.ready):
+            p = self.cmd.payload
+            m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), row_end.eq(p.addr + p.row_bytes),
+                         stride.eq(p.stride), row_bytes.eq(p.row_bytes), rows_left.eq(p.rows), setup.eq(1)]
+        with m.If(setup):          # an empty transfer ends here
+            m.d.sync += [setup.eq(0), active.eq((rows_left != 0) & (row_bytes != 0))]
+        with m.If(self.request.valid & self.request.ready):
+            with m.If(~last_in_row):
+                m.d.sync += start.eq((last_beat + 1) << shift)
+            with m.Elif(rows_left != 1):
+                next_row = row_addr + stride
+                m.d.sync += [row_addr.eq(next_row), start.eq(next_row), row_end.eq(next_row + row_bytes),
+                             rows_left.eq(rows_left - 1)]
+            with m.Else():
+                m.d.sync += [rows_left.eq(0), active.eq(0)]
+        return m
+
+
 class RowReader(wiring.Component):
     """Reads a 2D transfer and emits its data beats tagged with their valid bytes.
 
@@ -198,10 +293,11 @@ class RowReader(wiring.Component):
         A read response of the current transfer was not OKAY.
     """
 
-    def __init__(self, *, addr_width, data_width, outstanding=4):
+    def __init__(self, *, addr_width, data_width, outstanding=4, lean=False):
         self.bus_bytes = data_width // 8
         self.addr_width = addr_width
         self.outstanding = outstanding
+        self.lean = lean
         super().__init__({
             "cmd": In(stream.Signature(TransferLayout(addr_width))),
             "beats": Out(stream.Signature(data.StructLayout({
@@ -215,16 +311,12 @@ class RowReader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         B = self.bus_bytes
-        m.submodules.split = split = _BurstSplitter(addr_width=self.addr_width, bus_bytes=B)
+        splitter = _LeanBurstSplitter if self.lean else _BurstSplitter
+        m.submodules.split = split = splitter(addr_width=self.addr_width, bus_bytes=B)
         m.submodules.pending = pending = fifo.SyncFIFOBuffered(
             width=len(split.burst.payload.as_value()), depth=self.outstanding)
         wiring.connect(m, wiring.flipped(self.cmd), split.cmd)
-        m.d.comb += [
-            pending.w_data.eq(split.burst.payload),
-            pending.w_en.eq(split.burst.valid & split.burst.ready),
-            split.burst.ready.eq(pending.w_rdy),
-            *_address_channel(self.axi, "ar", split.request, B),
-        ]
+        unsent = _address_channel(m, self.axi, "ar", split, pending, B)
         burst = data.View(_burst_layout(B), pending.r_data)
         beat = Signal(range(MAX_BURST_BEATS))
         first = beat == 0
@@ -237,7 +329,7 @@ class RowReader(wiring.Component):
             self.beats.valid.eq(self.axi.rvalid & pending.r_rdy),
             self.axi.rready.eq(self.beats.ready & pending.r_rdy),
             pending.r_en.eq(self.axi.rvalid & self.axi.rready & final),
-            self.busy.eq(split.busy | (pending.level != 0)),
+            self.busy.eq(split.busy | unsent | (pending.level != 0)),
         ]
         with m.If(self.axi.rvalid & self.axi.rready):
             m.d.sync += beat.eq(Mux(final, 0, beat + 1))
@@ -327,11 +419,12 @@ class RowWriter(wiring.Component):
         A write response of the current transfer was not OKAY.
     """
 
-    def __init__(self, *, addr_width, data_width, elem_bytes, outstanding=4):
+    def __init__(self, *, addr_width, data_width, elem_bytes, outstanding=4, lean=False):
         self.bus_bytes = data_width // 8
         self.addr_width = addr_width
         self.elem_bytes = elem_bytes
         self.outstanding = outstanding
+        self.lean = lean
         super().__init__({
             "cmd": In(stream.Signature(TransferLayout(addr_width))),
             "elements": In(stream.Signature(elem_bytes * 8)),
@@ -343,7 +436,8 @@ class RowWriter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         B, E = self.bus_bytes, self.elem_bytes
-        m.submodules.split = split = _BurstSplitter(addr_width=self.addr_width, bus_bytes=B)
+        splitter = _LeanBurstSplitter if self.lean else _BurstSplitter
+        m.submodules.split = split = splitter(addr_width=self.addr_width, bus_bytes=B)
         m.submodules.pending = pending = fifo.SyncFIFOBuffered(
             width=len(split.burst.payload.as_value()), depth=self.outstanding)
         wiring.connect(m, wiring.flipped(self.cmd), split.cmd)
@@ -352,13 +446,10 @@ class RowWriter(wiring.Component):
         aw_sent = self.axi.awvalid & self.axi.awready
         b_taken = self.axi.bvalid & self.axi.bready
         m.d.sync += responses.eq(responses + aw_sent - b_taken)
+        unsent = _address_channel(m, self.axi, "aw", split, pending, B, room=responses < self.outstanding)
         m.d.comb += [
-            pending.w_data.eq(split.burst.payload),
-            pending.w_en.eq(split.burst.valid & split.burst.ready),
-            split.burst.ready.eq(pending.w_rdy & (responses < self.outstanding)),
-            *_address_channel(self.axi, "aw", split.request, B),
             self.axi.bready.eq(1),
-            self.busy.eq(split.busy | (pending.level != 0) | (responses != 0)),
+            self.busy.eq(split.busy | unsent | (pending.level != 0) | (responses != 0)),
         ]
         with m.If(b_taken & (self.axi.bresp != RESP_OKAY)):
             m.d.sync += self.error.eq(1)

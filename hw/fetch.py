@@ -27,6 +27,7 @@ from .sequencer import CommandLayout
 __all__ = ["Fetch"]
 
 CHUNK = 16      # instructions per read request
+LEAN_CHUNK = 8  # with `lean`: a buffer of 16 fits one row of Gowin's 16-deep LUT RAMs
 
 
 class Fetch(wiring.Component):
@@ -73,10 +74,11 @@ class Fetch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c = self.cfg
-        m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=c.dram_bus_width)
+        m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=c.dram_bus_width, lean=c.lean)
         m.submodules.packer = packer = ElementPacker(elem_bytes=isa.INSN_BYTES, bus_bytes=c.dram_bus_width // 8)
         # (the head a register: the decoder works on it)
-        m.submodules.buffer = buffer = HeadRegisteredFIFO(width=isa.INSN_BITS, depth=2 * CHUNK)
+        chunk_size = LEAN_CHUNK if c.lean else CHUNK
+        m.submodules.buffer = buffer = HeadRegisteredFIFO(width=isa.INSN_BITS, depth=2 * chunk_size)
         wiring.connect(m, reader.beats, packer.beats)
         wiring.connect(m, reader.axi, wiring.flipped(self.axi))
         m.d.comb += [buffer.w_data.eq(packer.elements.payload), buffer.w_en.eq(packer.elements.valid),
@@ -89,13 +91,13 @@ class Fetch(wiring.Component):
         count = Signal(index_bits)
         remaining = Signal(index_bits)        # instructions not yet asked of DRAM
         next_addr = Signal(self.addr_width)   # where the next chunk starts
-        arriving = Signal(range(CHUNK + 1))   # asked for but not yet in the buffer
+        arriving = Signal(range(chunk_size + 1))   # asked for but not yet in the buffer
         running = Signal()
-        chunk = Signal(range(CHUNK + 1))
-        # min(remaining, CHUNK) from bit tests: no subtractor or ordered compare on the request path
-        m.d.comb += chunk.eq(Mux(remaining[CHUNK.bit_length() - 1:].any(), CHUNK, remaining))
+        chunk = Signal(range(chunk_size + 1))
+        # min(remaining, chunk_size) from bit tests: no subtractor or ordered compare on the request path
+        m.d.comb += chunk.eq(Mux(remaining[chunk_size.bit_length() - 1:].any(), chunk_size, remaining))
         bad_address = Signal()       # misaligned, or the program runs past the last address the bus reaches
-        ask = (running & (remaining != 0) & (arriving == 0) & (buffer.level <= buffer.depth - CHUNK)
+        ask = (running & (remaining != 0) & (arriving == 0) & (buffer.level <= buffer.depth - chunk_size)
                & ~self.halt & ~bad_address)
         m.d.comb += [
             reader.cmd.valid.eq(ask),

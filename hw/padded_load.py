@@ -103,7 +103,7 @@ class PaddedLoad(wiring.Component):
         request = self.request
         insn, types = request.insn, self.memory_types
         B = self.data_width // 8
-        m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=self.data_width)
+        m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=self.data_width, lean=self.lean)
         m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=self.lean)
         wiring.connect(m, reader.axi, wiring.flipped(self.axi))
 

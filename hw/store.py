@@ -65,7 +65,7 @@ class StoreUnit(wiring.Component):
         layouts = isa.instruction_layouts(c)
         m.submodules.seq = seq = Sequencer(insn_layout=layouts["header"])
         m.submodules.writer = writer = RowWriter(addr_width=self.addr_width, data_width=c.dram_bus_width,
-                                                 elem_bytes=E)
+                                                 elem_bytes=E, lean=c.lean)
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=E * 8, depth=16)
         wiring.connect(m, wiring.flipped(self.cmd), seq.cmd)
         wiring.connect(m, seq.prev, wiring.flipped(self.prev))

@@ -218,7 +218,7 @@ class Datapath(wiring.Component):
             m.d.sync += self.finished.eq(1)
 
         # -- quiet bus -----------------------------------------------------------------
-        beats_due = Signal(32)
+        beats_due = Signal(range(len(READ_CLIENTS) * 8 * 256 + 1))    # (a reader has at most 5 bursts of 256 beats due)
         m.d.sync += beats_due.eq(beats_due
                                  + Mux(self.axi.arvalid & self.axi.arready, self.axi.arlen + 1, 0)
                                  - (self.axi.rvalid & self.axi.rready))

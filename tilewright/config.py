@@ -92,8 +92,9 @@ class HwConfig:
         on one DMA engine (a LOAD never waits on a token once started); a
         requantizing STORE reads the accumulators through the ALU's second
         read port, between ALU instructions, instead of a third port of its
-        own; the LOAD/STORE range checks multiply one bit per cycle. Programs
-        run the same, in more cycles.
+        own; the LOAD/STORE range checks multiply one bit per cycle; DMA
+        transfers use bursts of at most 16 beats, split by simpler logic.
+        Programs run the same, in more cycles.
     perf_counters : bool
         Build the performance counters (:data:`tilewright.hw.regs.COUNTERS`).
         Without them only ``cycles`` counts, the other counter registers read

@@ -24,7 +24,7 @@ from amaranth.sim import Simulator
 
 from tilewright.hw.axi import (BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, RESP_OKAY, AxiReadSignature,
                                AxiWriteSignature)
-from tilewright.hw.dma import ElementPacker, RowReader, RowWriter
+from tilewright.hw.dma import LEAN_BURST_BEATS, ElementPacker, RowReader, RowWriter
 
 ADDR_WIDTH = 32
 MEM_BYTES = 1 << 16
@@ -85,16 +85,18 @@ def row_words(transfer, bus_bytes):
             for word in range(start // B * B, start + transfer.row_bytes, B)]
 
 
-def min_bursts(transfer, bus_bytes):
+def min_bursts(transfer, bus_bytes, *, lean=False):
     """Fewest legal bursts for the transfer: one per 4 KiB page a row touches, each page's piece
-    split further into 256-beat bursts."""
+    split further into 256-beat bursts. ``lean``: one per aligned block of LEAN_BURST_BEATS beats."""
+    page = LEAN_BURST_BEATS * bus_bytes if lean else BOUNDARY_BYTES
+    longest = LEAN_BURST_BEATS if lean else MAX_BURST_BEATS
     count = 0
     for start in transfer.row_starts():
         words = range(start // bus_bytes * bus_bytes, start + transfer.row_bytes, bus_bytes)
         pages = {}
         for word in words:
-            pages[word // BOUNDARY_BYTES] = pages.get(word // BOUNDARY_BYTES, 0) + 1
-        count += sum(-(-beats // MAX_BURST_BEATS) for beats in pages.values())
+            pages[word // page] = pages.get(word // page, 0) + 1
+        count += sum(-(-beats // longest) for beats in pages.values())
     return count
 
 
@@ -438,8 +440,8 @@ def deadline(transfer, bus_bytes, elem_bytes):
 class ReadPath(Elaboratable):
     """RowReader feeding an ElementPacker, wired as in hw/padded_load.py."""
 
-    def __init__(self, *, bus_bytes, elem_bytes):
-        self.reader = RowReader(addr_width=ADDR_WIDTH, data_width=bus_bytes * 8)
+    def __init__(self, *, bus_bytes, elem_bytes, lean=False):
+        self.reader = RowReader(addr_width=ADDR_WIDTH, data_width=bus_bytes * 8, lean=lean)
         self.packer = ElementPacker(elem_bytes=elem_bytes, bus_bytes=bus_bytes)
 
     def elaborate(self, platform):
@@ -461,14 +463,14 @@ class Result:
 
 
 def simulate_reads(transfers, *, bus_bytes, elem_bytes, seed, ready=0.7, valid=0.7, consumer=0.7,
-                   error_ranges=()):
+                   error_ranges=(), lean=False):
     """Runs ``transfers`` one after another through a ReadPath over random memory, each started
     once the previous one has delivered every element and dropped ``busy``.
 
     Returns (memory, model, results)."""
     rng = random.Random(seed)
     memory = bytearray(rng.randbytes(MEM_BYTES))
-    dut = ReadPath(bus_bytes=bus_bytes, elem_bytes=elem_bytes)
+    dut = ReadPath(bus_bytes=bus_bytes, elem_bytes=elem_bytes, lean=lean)
     reader, packer = dut.reader, dut.packer
     model = AxiSubordinate(memory, bus_bytes=bus_bytes, rng=random.Random(seed + 1), ready=ready,
                            valid=valid, error_ranges=error_ranges)
@@ -518,25 +520,26 @@ def check_elements(memory, transfers, results, elem_bytes):
                                  f"expected {want[bad]:#x}")
 
 
-def check_requests(model, transfers, bus_bytes):
+def check_requests(model, transfers, bus_bytes, *, lean=False):
     """The bursts cover exactly the bus words the rows touch, in row order, with no more bursts
     than the 256-beat and 4 KiB limits demand."""
     requested = [burst.addr + i * bus_bytes for burst in model.requests for i in range(burst.beats)]
     assert requested == [word for t in transfers for word in row_words(t, bus_bytes)]
-    assert len(model.requests) == sum(min_bursts(t, bus_bytes) for t in transfers)
+    assert len(model.requests) == sum(min_bursts(t, bus_bytes, lean=lean) for t in transfers)
 
 
+@pytest.mark.parametrize("lean", [False, True], ids=["", "lean"])
 @pytest.mark.parametrize("bus_bytes,elem_bytes", SHAPES, ids=SHAPE_IDS)
-def test_read_random_transfers(bus_bytes, elem_bytes):
+def test_read_random_transfers(bus_bytes, elem_bytes, lean):
     """Twenty random transfers (one with rows over 256 beats, four crossing 4 KiB) with random
     gaps on AR, R and the element stream: every element matches memory, and the bursts cover
     exactly the rows' bus words."""
     rng = random.Random(bus_bytes * 100 + elem_bytes)
     transfers = random_transfers(rng, bus_bytes=bus_bytes, elem_bytes=elem_bytes, count=20)
     memory, model, results = simulate_reads(transfers, bus_bytes=bus_bytes, elem_bytes=elem_bytes,
-                                            seed=rng.randrange(1 << 30))
+                                            seed=rng.randrange(1 << 30), lean=lean)
     check_elements(memory, transfers, results, elem_bytes)
-    check_requests(model, transfers, bus_bytes)
+    check_requests(model, transfers, bus_bytes, lean=lean)
     assert not any(r.error for r in results)
 
 
@@ -544,13 +547,15 @@ EDGE_SHAPES = [(4, 4), (16, 64), (8, 2)]
 EDGE_SHAPE_IDS = [f"bus{b}-elem{e}" for b, e in EDGE_SHAPES]
 
 
+@pytest.mark.parametrize("lean", [False, True], ids=["", "lean"])
 @pytest.mark.parametrize("bus_bytes,elem_bytes", EDGE_SHAPES, ids=EDGE_SHAPE_IDS)
-def test_read_edge_shapes(bus_bytes, elem_bytes):
+def test_read_edge_shapes(bus_bytes, elem_bytes, lean):
     """The shapes of :func:`edge_transfers`."""
     transfers = edge_transfers(bus_bytes=bus_bytes, elem_bytes=elem_bytes)
-    memory, model, results = simulate_reads(transfers, bus_bytes=bus_bytes, elem_bytes=elem_bytes, seed=elem_bytes)
+    memory, model, results = simulate_reads(transfers, bus_bytes=bus_bytes, elem_bytes=elem_bytes, seed=elem_bytes,
+                                            lean=lean)
     check_elements(memory, transfers, results, elem_bytes)
-    check_requests(model, transfers, bus_bytes)
+    check_requests(model, transfers, bus_bytes, lean=lean)
 
 
 def test_read_error_response_sets_error_and_completes():
@@ -604,7 +609,7 @@ def test_read_throughput(bus_bytes, elem_bytes):
 
 
 def simulate_writes(transfers, *, bus_bytes, elem_bytes, seed, ready=0.7, valid=0.7, producer=0.7,
-                    error_ranges=()):
+                    error_ranges=(), lean=False):
     """Writes random elements for each of ``transfers`` through a RowWriter into random memory,
     each transfer started once the previous one has taken every element and dropped ``busy``.
 
@@ -613,7 +618,7 @@ def simulate_writes(transfers, *, bus_bytes, elem_bytes, seed, ready=0.7, valid=
     before = bytearray(rng.randbytes(MEM_BYTES))
     memory = bytearray(before)
     data = [[rng.randrange(1 << (8 * elem_bytes)) for _ in range(t.elements(elem_bytes))] for t in transfers]
-    dut = RowWriter(addr_width=ADDR_WIDTH, data_width=bus_bytes * 8, elem_bytes=elem_bytes)
+    dut = RowWriter(addr_width=ADDR_WIDTH, data_width=bus_bytes * 8, elem_bytes=elem_bytes, lean=lean)
     model = AxiSubordinate(memory, bus_bytes=bus_bytes, rng=random.Random(seed + 1), ready=ready,
                            valid=valid, error_ranges=error_ranges)
     results = []
@@ -667,12 +672,12 @@ def check_busy_covers_responses(model, results):
             f"transfer #{number}: busy low at edge {result.idle_edge}, last B response at edge {b_edges[-1]}"
 
 
-def check_writes(transfers, *, bus_bytes, elem_bytes, seed, **options):
+def check_writes(transfers, *, bus_bytes, elem_bytes, seed, lean=False, **options):
     before, after, model, data, results = simulate_writes(
-        transfers, bus_bytes=bus_bytes, elem_bytes=elem_bytes, seed=seed, **options)
+        transfers, bus_bytes=bus_bytes, elem_bytes=elem_bytes, seed=seed, lean=lean, **options)
     check_written(before, after, transfers, data, elem_bytes)
     check_busy_covers_responses(model, results)
-    check_requests(model, transfers, bus_bytes)
+    check_requests(model, transfers, bus_bytes, lean=lean)
     return results
 
 
@@ -690,12 +695,14 @@ def test_write_few_bursts(bus_bytes, elem_bytes):
     assert not any(r.error for r in results)
 
 
+@pytest.mark.parametrize("lean", [False, True], ids=["", "lean"])
 @pytest.mark.parametrize("bus_bytes,elem_bytes", SHAPES, ids=SHAPE_IDS)
-def test_write_random_transfers(bus_bytes, elem_bytes):
+def test_write_random_transfers(bus_bytes, elem_bytes, lean):
     """As :func:`test_read_random_transfers`, for writes: rows of up to 4 × ~300 beats."""
     rng = random.Random(bus_bytes * 100 + elem_bytes)
     transfers = random_transfers(rng, bus_bytes=bus_bytes, elem_bytes=elem_bytes, count=20)
-    results = check_writes(transfers, bus_bytes=bus_bytes, elem_bytes=elem_bytes, seed=rng.randrange(1 << 30))
+    results = check_writes(transfers, bus_bytes=bus_bytes, elem_bytes=elem_bytes, seed=rng.randrange(1 << 30),
+                           lean=lean)
     assert not any(r.error for r in results)
 
 
