@@ -35,7 +35,7 @@ from amaranth.back import rtlil
 from tilewright.config import load_config
 from tilewright.isa import MemType
 from tilewright.fpga.boards import get_board
-from tilewright.fpga.build import SYNTH, synth_commands, tool, utilization_from_stat
+from tilewright.fpga.build import SYNTH, critical_path, synth_commands, tool, utilization_from_stat
 from tilewright.hw.compute import ComputeUnit
 from tilewright.hw.core import ComputeCore
 from tilewright.hw.fetch import Fetch
@@ -58,9 +58,14 @@ UNITS = {
 }
 
 
+#: The board whose platform elaborates the units of each family (vendor primitives, memory styles).
+FAMILY_BOARD = {"ecp5": "ulx3s-85f", "ice40": "icebreaker", "gowin": "tangnano9k"}
+
+
 def synthesise(component, family, workdir):
     """Cells of ``component`` by kind after the family's Yosys synthesis (netlist in ``workdir/unit.json``)."""
-    (workdir / "unit.il").write_text(rtlil.convert(component, name="top"))
+    platform = get_board(FAMILY_BOARD[family]).platform_class()
+    (workdir / "unit.il").write_text(rtlil.convert(component, name="top", platform=platform))
     commands = synth_commands(family)
     for attempt, command in enumerate(commands):       # the classic LUT mapper when ABC9 quits
         script = f"read_rtlil unit.il; {command}; tee -q -o stat.json stat -json; write_json unit.json"
@@ -76,7 +81,7 @@ def synthesise(component, family, workdir):
 def place_and_route(workdir, freq_mhz, seed=1):
     """Fmax (MHz) and critical path of ``workdir/unit.json`` placed and routed out of context on the
     ULX3S-85F's ECP5 (device, package and speed from its board platform)."""
-    platform = get_board("ulx3s-85f").platform_class()
+    platform = get_board(FAMILY_BOARD["ecp5"]).platform_class()
     args = [tool("nextpnr-ecp5"), platform._nextpnr_device_options[platform.device], "--package",
             platform._nextpnr_package_options[platform.package].upper(), "--speed", str(platform.speed),
             "--out-of-context", "--router", "router2", "--json", "unit.json", "--freq", f"{freq_mhz:g}",
@@ -84,22 +89,7 @@ def place_and_route(workdir, freq_mhz, seed=1):
     subprocess.run(args, cwd=workdir, check=True, capture_output=True)
     report = json.loads((workdir / "report.json").read_text())
     fmax = min((v["achieved"] for v in report.get("fmax", {}).values()), default=None)
-    return {"fmax_mhz": round(fmax, 1) if fmax else None, "critical_path": _critical_path(report)}
-
-
-def _critical_path(report):
-    """The worst clock-to-clock path: its ends, its delay (ns) split into the first cell's clock-to-out
-    (a block RAM's is 5.6 ns), logic and routing, and the cells it runs through."""
-    paths = [p for p in report.get("critical_paths", []) if p.get("path")]
-    if not paths:
-        return None
-    steps = max(paths, key=lambda p: sum(s["delay"] for s in p["path"]))["path"]
-    cells = [steps[0]["from"]["cell"]] + [s["to"]["cell"] for s in steps if s["type"] == "routing"]
-    delay = {kind: round(sum(s["delay"] for s in steps if s["type"] == kind), 2)
-             for kind in ("clk-to-q", "logic", "routing")}
-    return {"from": cells[0], "to": cells[-1], "ns": round(sum(s["delay"] for s in steps), 2),
-            "clk_to_q_ns": delay["clk-to-q"], "logic_ns": delay["logic"], "routing_ns": delay["routing"],
-            "cells": cells}
+    return {"fmax_mhz": round(fmax, 1) if fmax else None, "critical_path": critical_path(report)}
 
 
 def main(argv=None):

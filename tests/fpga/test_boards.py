@@ -2,6 +2,8 @@
 toolchain (pins, clock plan, the SoC), and the CLI's one-line errors."""
 
 import shutil
+import sys
+import time
 
 import pytest
 
@@ -92,3 +94,28 @@ def test_report_record_keeps_reports_for_the_docs_table(tmp_path, monkeypatch, c
     table = docgen.fpga_build_table()
     assert "| ulx3s-45f | compact | 25 | 31.5 | met | 100/43848 |" in table and "1 recorded build " in table
     assert "recorded" in capsys.readouterr().out
+
+
+def _fake_tool(path, body):
+    path.write_text(f"#!{sys.executable}\nimport json, sys, time\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_build_stops_when_the_packed_design_does_not_fit(tmp_path, monkeypatch, capsys):
+    """nextpnr-himbaechel goes on placing a design its packer found too big (and never finishes): the
+    build reads the packer's utilisation, stops the tool and says what does not fit, in one line."""
+    monkeypatch.setenv("YOSYS", _fake_tool(tmp_path / "yosys", (
+        "if '--version' in sys.argv: print('Yosys (fake)'); sys.exit()\n"
+        "open('stat.json', 'w').write(json.dumps({'modules': {'\\\\top': {'num_cells_by_type': {'LUT4': 10}}}}))\n"
+        "open('top.json', 'w').write('{}')\n")))
+    monkeypatch.setenv("NEXTPNR_HIMBAECHEL", _fake_tool(tmp_path / "nextpnr", (
+        "if '--version' in sys.argv: print('nextpnr (fake)'); sys.exit()\n"
+        "print('Info: Device utilisation:\\nInfo: \\t    LUT4:    9734/   8640   112%\\n'\n"
+        "      'Info: \\t     DFF:    5966/   6480    92%', flush=True)\n"
+        "time.sleep(600)\n")))
+    started = time.monotonic()
+    assert main(["fpga", "build", "--board", "tangnano9k", "-o", str(tmp_path / "out")]) == 1
+    assert time.monotonic() - started < 60
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not fit" in err and "LUT4 9734 needed, 8640 available" in err
