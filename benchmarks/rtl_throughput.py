@@ -2,7 +2,7 @@
 
 * GEMM: one instruction of n micro-ops keeps the core busy n + c cycles;
   c must not depend on n.
-* ALU: likewise, one micro-op per cycle.
+* ALU: likewise, one micro-op per cycle (each on its own row).
 * LOAD: a long LOAD INP moves at least 90% of the bus width per cycle
   (bytes / bus bytes / load-busy cycles).
 
@@ -31,9 +31,11 @@ def _gemm(n):
 
 
 def _alu(n):
+    # A row per micro-op (acc[i] += 1 for i < n): a micro-op that reads the row the one right ahead of it
+    # writes waits a cycle (docs/hardware.md), which is not what this measures.
     iter_in = min(n, 64)
     return [Alu(alu_op=AluOp.ADD, use_imm=True, imm=1, uop_bgn=0, uop_end=1, iter_out=n // iter_in,
-                iter_in=iter_in), Finish()]
+                iter_in=iter_in, dst_factor_out=iter_in, dst_factor_in=1), Finish()]
 
 
 def _load(cfg, entries):
