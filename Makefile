@@ -40,6 +40,7 @@ fuzz: $(STAMP)
 # table, recorded in docs/fpga_reports/ and docs/fpga.md.
 fpga: $(STAMP)
 	for board in ulx3s-85f ulx3s-45f icebreaker tangnano9k; do \
+		$(VENV)/bin/tilewright fpga build --board $$board --link-test || true; \
 		$(VENV)/bin/tilewright fpga build --board $$board || true; done
 	$(VENV)/bin/tilewright fpga report --record
 	$(VENV)/bin/tilewright docs

@@ -45,10 +45,12 @@ def cmd_build(args):
     from tilewright.fpga.boards import BoardError
     from tilewright.fpga.build import BuildError, build_bitstream, summary
     board = _board(args.board)
-    cfg = _board_config(args, board)
+    if args.link_test and args.config:
+        raise _error("--link-test builds the SoC without an accelerator: leave out --config")
+    cfg = None if args.link_test else _board_config(args, board)
     try:
         report = build_bitstream(board.name, config=cfg, freq_mhz=args.freq, seed=args.seed, out_dir=args.output,
-                                 progress=lambda line: print(line, flush=True))
+                                 progress=lambda line: print(line, flush=True), link_test=args.link_test)
     except (BuildError, BoardError) as e:
         raise _error(str(e)) from None
     print(summary(report))
@@ -140,6 +142,36 @@ def cmd_simulate(args):
     raise _error(f"the simulated board exited (code {sim.proc.returncode})")
 
 
+def cmd_check(args):
+    """INFO, then a pattern written to the board's memory and read back."""
+    import random
+    import time
+
+    from tilewright.fpga import protocol
+    from tilewright.fpga.link import Link, LinkError
+    baud = args.baud or (_board(args.board).baud if args.board else protocol.DEFAULT_BAUD)
+    try:
+        with Link(args.port, baud=baud, timeout=args.timeout) as link:
+            info = link.info()
+            kind = ("the link test (no accelerator)" if info.fingerprint == protocol.LINK_TEST_FINGERPRINT
+                    else f"an accelerator, config fingerprint {info.fingerprint}")
+            print(f"{args.port}: protocol version {info.version}, {kind}, {info.mem_bytes} bytes of memory, "
+                  f"clock {info.clock_hz / 1e6:g} MHz", flush=True)
+            nbytes = min(args.bytes, info.mem_bytes)
+            pattern = random.Random(args.seed).randbytes(nbytes)
+            started = time.monotonic()
+            link.write_memory(0, pattern)
+            back = link.read_memory(0, nbytes)
+            seconds = time.monotonic() - started
+    except LinkError as e:
+        raise _error(str(e)) from None
+    if back != pattern:
+        bad = next(i for i in range(nbytes) if back[i] != pattern[i])
+        raise _error(f"memory check failed: byte {bad} was written {pattern[bad]:#04x} and read {back[bad]:#04x}")
+    print(f"memory: {nbytes} bytes written and read back intact ({2 * nbytes / seconds / 1024:.1f} KiB/s "
+          f"over the link)")
+
+
 def add_parser(sub):
     fpga = sub.add_parser("fpga", help="boards, bitstreams, the simulated board").add_subparsers(
         dest="fpga_command", required=True)
@@ -153,7 +185,19 @@ def add_parser(sub):
     sp.add_argument("--freq", type=float, help="accelerator clock in MHz (default: the board's)")
     sp.add_argument("--seed", type=int, default=1, help="place-and-route seed")
     sp.add_argument("-o", "--output", help="output folder (default build/fpga/BOARD-CONFIG-FREQ-seedN)")
+    sp.add_argument("--link-test", action="store_true",
+                    help="the SoC without the accelerator: a board's link and memory, checked with `fpga check` "
+                         "after a build of a minute or two")
     sp.set_defaults(func=cmd_build)
+
+    sp = fpga.add_parser("check", help="ask a board (or the simulated board) who it is and test its memory")
+    sp.add_argument("--port", required=True)
+    sp.add_argument("--board", help="take the link speed from this board")
+    sp.add_argument("--baud", type=int, help=f"link speed (default: the board's, else the protocol's default)")
+    sp.add_argument("--bytes", type=int, default=4096, help="memory bytes to write and read back (default 4096)")
+    sp.add_argument("--seed", type=int, default=0, help="seed of the test pattern")
+    sp.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a reply")
+    sp.set_defaults(func=cmd_check)
 
     sp = fpga.add_parser("report", help="the table of build reports")
     sp.add_argument("paths", nargs="*", help=f"report files or folders (default {DEFAULT_BUILD_ROOT})")

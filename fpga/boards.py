@@ -4,7 +4,7 @@ A :class:`Board` names an ``amaranth-boards`` platform, the device's
 resources (what a build may use), the on-chip memory that stands in for
 DRAM, the UART baud rate and the accelerator clock it is built for by
 default. :meth:`Board.clock_plan` makes the ``sync`` domain: the board
-clock itself, or a PLL (ECP5 ``EHXPLLL``, iCE40 ``SB_PLL40_CORE``) when
+clock itself, or a PLL (ECP5 ``EHXPLLL``, iCE40 ``SB_PLL40_PAD`` on the clock pin) when
 another frequency is asked for, with reset held until the PLL locks.
 """
 
@@ -116,7 +116,19 @@ class Board:
     def clock_plan(self, m: Module, platform, freq_hz):
         """Drive ``sync`` at ``freq_hz`` from the board clock."""
         f_in, f_out = self.board_clock_mhz, freq_hz / 1e6
-        m.submodules.clk_in = clk_buffer = io.Buffer("i", platform.request(platform.default_clk, 0, dir="-"))
+        clk_pin = platform.request(platform.default_clk, 0, dir="-")
+        if self.family == "ice40" and abs(f_in - f_out) >= 1e-6:
+            # The iCEBreaker's oscillator is on the UP5K's one PLL pad: the PLL takes the pin itself
+            # (SB_PLL40_PAD); with an input buffer on the pin there is no place left for the PLL.
+            divr, divf, divq, filter_range, _ = ice40_pll(f_in, f_out)
+            locked = Signal()
+            m.submodules.pll = Instance(
+                "SB_PLL40_PAD", p_FEEDBACK_PATH="SIMPLE", p_DIVR=divr, p_DIVF=divf, p_DIVQ=divq,
+                p_FILTER_RANGE=filter_range, i_PACKAGEPIN=clk_pin.io, i_RESETB=1, i_BYPASS=0,
+                o_PLLOUTGLOBAL=ClockSignal("sync"), o_LOCK=locked)
+            _held_reset(m, locked)
+            return
+        m.submodules.clk_in = clk_buffer = io.Buffer("i", clk_pin)
         clk_in = clk_buffer.i
         if abs(f_in - f_out) < 1e-6:
             m.d.comb += ClockSignal("sync").eq(clk_in)
@@ -135,12 +147,6 @@ class Board:
                 i_CLKI=clk_in, i_CLKFB=ClockSignal("sync"), i_RST=0, i_STDBY=0, i_PHASESEL0=0, i_PHASESEL1=0,
                 i_PHASEDIR=1, i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0,
                 o_CLKOP=ClockSignal("sync"), o_LOCK=locked)
-        elif self.family == "ice40":
-            divr, divf, divq, filter_range, _ = ice40_pll(f_in, f_out)
-            m.submodules.pll = Instance(
-                "SB_PLL40_CORE", p_FEEDBACK_PATH="SIMPLE", p_DIVR=divr, p_DIVF=divf, p_DIVQ=divq,
-                p_FILTER_RANGE=filter_range, i_REFERENCECLK=clk_in, i_RESETB=1, i_BYPASS=0,
-                o_PLLOUTGLOBAL=ClockSignal("sync"), o_LOCK=locked)
         else:
             raise BoardError(f"{self.name}: no PLL plan for {self.family}; build at the board clock "
                              f"({f_in:g} MHz)")

@@ -23,7 +23,8 @@ from pathlib import Path
 from tilewright.config import load_config
 
 from .boards import get_board
-from .soc import BoardTop
+from .protocol import LINK_TEST_FINGERPRINT
+from .soc import LINK_TEST, LINK_TEST_BUS_BITS, BoardTop
 
 __all__ = ["BuildError", "build_bitstream", "summary", "worst_fmax", "critical_path", "tool", "utilization_from_stat",
            "SYNTH", "synth_commands",
@@ -184,30 +185,40 @@ def synth_commands(family):
     return [f"{SYNTH[family]} -top top"] + ([_CLASSIC_LUTS[family]] if family in _CLASSIC_LUTS else [])
 
 
-def _synth_script(board, cfg, command):
+def _synth_script(board, bus_bytes, command):
     script = "read_rtlil top.il; "
     if board.mem_ram_style == "huge":
         # SPRAM cannot be initialised: drop the on-chip memory's all-zero contents (its words only).
-        script += f"delete t:$meminit_v2 r:WORDS={board.mem_bytes // cfg.bus_bytes}; "
+        script += f"delete t:$meminit_v2 r:WORDS={board.mem_bytes // bus_bytes}; "
     return script + f"{command}; tee -q -o stat.json stat -json; write_json top.json"
 
 
-def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=None, progress=print):
+def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=None, progress=print,
+                    link_test=False):
     """Build one bitstream; returns the report (also written to ``out_dir/report.json``).
+
+    ``link_test``: the SoC without the accelerator (``config`` is ignored;
+    see :class:`~tilewright.fpga.soc.SocCore`), to check a board's link and
+    memory with ``tilewright fpga check`` after a build of a minute or two.
 
     Raises :class:`BuildError` (one line) when the design does not fit the
     device or nextpnr does not meet timing at ``freq_mhz``; the report is
     written either way.
     """
     board = get_board(board_name)
-    cfg = load_config(config or board.config)
+    if link_test:
+        cfg, config_name, fingerprint, tag, bus_bytes = (None, LINK_TEST, LINK_TEST_FINGERPRINT, "no accelerator",
+                                                         LINK_TEST_BUS_BITS // 8)
+    else:
+        cfg = load_config(config or board.config)
+        config_name, fingerprint, tag, bus_bytes = cfg.name, cfg.fingerprint, cfg.tag, cfg.bus_bytes
     freq_mhz = board.freq_mhz if freq_mhz is None else freq_mhz
     achieved_clock = board.achieved_mhz(freq_mhz)
-    out = Path(out_dir or f"build/fpga/{board.name}-{cfg.name}-{freq_mhz:g}MHz-seed{seed}")
+    out = Path(out_dir or f"build/fpga/{board.name}-{config_name}-{freq_mhz:g}MHz-seed{seed}")
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     platform = board.platform_class()
-    progress(f"{board.title}: config {cfg.name} ({cfg.tag}), {achieved_clock:g} MHz, seed {seed} -> {out}")
+    progress(f"{board.title}: config {config_name} ({tag}), {achieved_clock:g} MHz, seed {seed} -> {out}")
 
     top = BoardTop(board, cfg, freq_hz=int(round(achieved_clock * 1e6)), baud=board.baud)
     plan = platform.prepare(top, name="top")
@@ -215,8 +226,8 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
         if name.endswith((".il", ".lpf", ".pcf", ".cst")):
             (out / name).write_text(plan.files[name] if isinstance(plan.files[name], str) else
                                     plan.files[name].decode())
-    report = {"board": board.name, "title": board.title, "config": cfg.name, "fingerprint": cfg.fingerprint,
-              "tag": cfg.tag, "requested_mhz": freq_mhz, "clock_mhz": achieved_clock, "seed": seed,
+    report = {"board": board.name, "title": board.title, "config": config_name, "fingerprint": fingerprint,
+              "tag": tag, "requested_mhz": freq_mhz, "clock_mhz": achieved_clock, "seed": seed,
               "mem_bytes": board.mem_bytes, "baud": board.baud, "tools": {}, "seconds": {}}
     report["tools"]["yosys"] = _version(tool("yosys"))
 
@@ -226,7 +237,7 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     for attempt, command in enumerate(commands):
         try:
             report["seconds"]["synthesis"] += _run(
-                [tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board, cfg, command)],
+                [tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board, bus_bytes, command)],
                 cwd=out, log="synth.stdout", tail="synth.log", what="Yosys", progress=progress)
             report["lut_mapper"] = "abc9" if attempt == 0 else "abc"
             break
@@ -242,7 +253,7 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     if over:
         _write(out, report, started, ok=False)
         kind, need, have = over[0]
-        raise BuildError(f"config {cfg.name} does not fit {board.title}: {kind} {need} needed, {have} available"
+        raise BuildError(f"config {config_name} does not fit {board.title}: {kind} {need} needed, {have} available"
                          + "".join(f"; {k} {n} > {h}" for k, n, h in over[1:]))
 
     pnr = _pnr_args(board, platform, freq_mhz=achieved_clock, seed=seed)
@@ -253,7 +264,7 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
         over = _overused(log_path)
         if over:
             _write(out, report, started, ok=False)
-            return f"config {cfg.name} does not fit {board.title}: {over[0]} {over[1]} needed, {over[2]} available " \
+            return f"config {config_name} does not fit {board.title}: {over[0]} {over[1]} needed, {over[2]} available " \
                    f"after packing (nextpnr)"
         return None
 

@@ -38,6 +38,9 @@ class FpgaDevice(Device):
         if info.version != protocol.VERSION:
             raise DeviceError(f"{port} speaks host-link protocol version {info.version}; this tool speaks "
                               f"{protocol.VERSION}: rebuild the bitstream with this version")
+        if info.fingerprint == protocol.LINK_TEST_FINGERPRINT:
+            raise DeviceError(f"{port} runs the link-test bitstream, which has no accelerator: load a bitstream "
+                              f"built for {self.cfg.name} (tilewright fpga build --config {self.cfg.name})")
         if info.fingerprint != self.cfg.fingerprint:
             raise DeviceError(f"{port} runs a bitstream for config fingerprint {info.fingerprint}, not "
                               f"{self.cfg.name} ({self.cfg.fingerprint}): compile for the board's config or "

@@ -36,6 +36,7 @@ import enum
 import struct
 
 __all__ = ["DEFAULT_BAUD", "REQUEST_SYNC", "REPLY_SYNC", "VERSION", "Command", "Status", "INFO_FORMAT", "IDLE_TIMEOUT_BITS",
+           "LINK_TEST_FINGERPRINT",
            "CRC_INIT", "CRC_POLY", "crc16", "request", "PAYLOAD_LENGTHS", "MAX_PAYLOAD"]
 
 #: The UART speed boards are built for and hosts open the port at, unless a board says otherwise.
@@ -57,6 +58,10 @@ MAX_PAYLOAD = 0xFFFF
 #: INFO's reply payload: version (u8), reserved (u8), fingerprint (8 bytes, big-endian hex digits),
 #: memory bytes (u32), clock Hz (u32).
 INFO_FORMAT = "<BB8sII"
+
+#: The fingerprint INFO reports from a link-test bitstream (the SoC without the accelerator): no config
+#: has it, so the ``fpga`` backend refuses to run programs on one.
+LINK_TEST_FINGERPRINT = "00" * 8
 
 
 class Command(enum.IntEnum):

@@ -32,14 +32,18 @@ def _soc_verilog(cfg, mem_bytes, clock_hz):
 
 
 def build_board(cfg, *, mem_bytes, clock_hz):
-    """The simulated board's executable for ``cfg`` with ``mem_bytes`` of on-chip memory (cached)."""
-    return build_executable(f"board-{cfg.tag}-{cfg.fingerprint[:8]}-{mem_bytes}", _soc_verilog(cfg, mem_bytes, clock_hz),
+    """The simulated board's executable for ``cfg`` (None: the link test, no accelerator) with
+    ``mem_bytes`` of on-chip memory (cached)."""
+    from .soc import LINK_TEST
+    key = f"{cfg.tag}-{cfg.fingerprint[:8]}" if cfg else LINK_TEST
+    return build_executable(f"board-{key}-{mem_bytes}", _soc_verilog(cfg, mem_bytes, clock_hz),
                             HARNESS, {"tw_board.h": f"#pragma once\n#define UART_DIVISOR {SIM_DIVISOR}\n"},
-                            what=f"the simulated board for {cfg.name}")
+                            what=f"the simulated board for {cfg.name if cfg else LINK_TEST}")
 
 
 class SimulatedBoard:
-    """A running simulated board; ``port`` is the pseudo-terminal to open. Use as a context manager."""
+    """A running simulated board; ``port`` is the pseudo-terminal to open. Use as a context manager.
+    ``cfg`` None runs the link test (the SoC without the accelerator)."""
 
     def __init__(self, cfg, *, mem_bytes, clock_hz):
         exe = build_board(cfg, mem_bytes=mem_bytes, clock_hz=clock_hz)

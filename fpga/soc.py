@@ -10,6 +10,7 @@ from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.hw.axi import forward
+from tilewright.hw.regs import RegisterFile
 from tilewright.hw.top import AXI_ID_WIDTH, Accelerator
 
 from . import protocol
@@ -17,7 +18,12 @@ from .bridge import HostBridge
 from .memory import OnChipMemory
 from .uart import UartRx, UartTx
 
-__all__ = ["SocCore", "BoardTop"]
+__all__ = ["SocCore", "BoardTop", "LINK_TEST", "LINK_TEST_BUS_BITS"]
+
+#: The name a link-test build goes by (``cfg=None``: the SoC without the accelerator).
+LINK_TEST = "link-test"
+#: The memory's bus width in a link-test build.
+LINK_TEST_BUS_BITS = 32
 
 
 class SocCore(wiring.Component):
@@ -25,7 +31,12 @@ class SocCore(wiring.Component):
 
     Parameters
     ----------
-    cfg : HwConfig
+    cfg : HwConfig or None
+        None builds the link test: the register file with nothing behind it
+        (status reads idle, a start does nothing) in place of the accelerator,
+        and INFO reports :data:`~tilewright.fpga.protocol.LINK_TEST_FINGERPRINT` — a board's link and memory checked
+        in a bitstream that builds in a minute (``tilewright fpga build
+        --link-test``, ``tilewright fpga check``).
     mem_bytes : int
         On-chip memory standing in for DRAM.
     divisor : int
@@ -53,23 +64,27 @@ class SocCore(wiring.Component):
         # Addresses as wide as the memory: the DMA arithmetic shrinks, and an access beyond it is the
         # same BUS_ERROR, found before anything moves (as fsim finds it).
         addr_width = (self.mem_bytes - 1).bit_length()
-        m.submodules.accelerator = acc = Accelerator(cfg, addr_width=addr_width)
-        m.submodules.memory = mem = OnChipMemory(size=self.mem_bytes, data_width=cfg.dram_bus_width,
-                                                 addr_width=addr_width, id_width=AXI_ID_WIDTH,
-                                                 ram_style=self.ram_style)
-        m.submodules.bridge = bridge = HostBridge(fingerprint=cfg.fingerprint, mem_bytes=self.mem_bytes,
-                                                  clock_hz=self.clock_hz,
-                                                  idle_timeout=protocol.IDLE_TIMEOUT_BITS * self.divisor)
+        m.submodules.memory = mem = OnChipMemory(
+            size=self.mem_bytes, data_width=cfg.dram_bus_width if cfg else LINK_TEST_BUS_BITS,
+            addr_width=addr_width, id_width=AXI_ID_WIDTH, ram_style=self.ram_style)
+        m.submodules.bridge = bridge = HostBridge(
+            fingerprint=cfg.fingerprint if cfg else protocol.LINK_TEST_FINGERPRINT, mem_bytes=self.mem_bytes,
+            clock_hz=self.clock_hz, idle_timeout=protocol.IDLE_TIMEOUT_BITS * self.divisor)
         m.submodules.rx = rx = UartRx(self.divisor)
         m.submodules.tx = tx = UartTx(self.divisor)
-        forward(m, acc.m_axi, mem.axi)
-        wiring.connect(m, bridge.regs, acc.s_axil)
+        if cfg:
+            m.submodules.accelerator = acc = Accelerator(cfg, addr_width=addr_width)
+            forward(m, acc.m_axi, mem.axi)
+            wiring.connect(m, bridge.regs, acc.s_axil)
+            m.d.comb += [bridge.run_busy.eq(acc.busy), self.busy.eq(acc.busy)]
+        else:       # (the memory's AXI port stays idle; busy stays low)
+            m.submodules.regs = regs = RegisterFile()
+            wiring.connect(m, bridge.regs, regs.bus)
         wiring.connect(m, bridge.mem, mem.host)
         wiring.connect(m, rx.data, bridge.rx)
         wiring.connect(m, bridge.tx, tx.data)
-        m.d.comb += [rx.rx.eq(self.uart_rx), self.uart_tx.eq(tx.tx), bridge.run_busy.eq(acc.busy),
-                     self.busy.eq(acc.busy),
-                     self.idle.eq(~acc.busy & bridge.idle & ~tx.busy & ~rx.data.valid)]
+        m.d.comb += [rx.rx.eq(self.uart_rx), self.uart_tx.eq(tx.tx),
+                     self.idle.eq(~self.busy & bridge.idle & ~tx.busy & ~rx.data.valid)]
         return m
 
 
@@ -79,7 +94,8 @@ class BoardTop(wiring.Component):
     Parameters
     ----------
     board : :class:`tilewright.fpga.boards.Board`
-    cfg : HwConfig
+    cfg : HwConfig or None
+        None: the link test (see :class:`SocCore`).
     freq_hz : int
         The accelerator clock; the board's PLL makes it from the board clock.
     """

@@ -49,7 +49,7 @@ def test_board_top_prepares(name):
                                      baud=board.baud), name="top")
     rtlil = plan.files["top.il"]
     rtlil = rtlil if isinstance(rtlil, str) else rtlil.decode()
-    pll = {"ecp5": "EHXPLLL", "ice40": "SB_PLL40_CORE"}.get(board.family)
+    pll = {"ecp5": "EHXPLLL", "ice40": "SB_PLL40_PAD"}.get(board.family)
     if pll:
         assert f"cell \\{pll}" in rtlil
     constraints = next(v for k, v in plan.files.items() if k.endswith((".lpf", ".pcf", ".cst")))

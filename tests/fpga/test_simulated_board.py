@@ -11,6 +11,7 @@ import pytest
 
 import tilewright
 from tilewright import PRESETS
+from tilewright.cli import main
 from tilewright.fpga import protocol
 from tilewright.fpga.device import FpgaDevice
 from tilewright.fpga.link import Link, LinkError
@@ -139,3 +140,32 @@ def test_a_silent_port_times_out():
 def test_fpga_backend_needs_a_port():
     with pytest.raises(DeviceError, match="needs port="):
         tilewright.dense(np.zeros((1, 4), np.int8), np.zeros((4, 4), np.int8), config=TINY, backend="fpga")
+
+
+def test_check_reports_the_board_and_its_memory(board, capsys):
+    assert main(["fpga", "check", "--port", board.port, "--bytes", "3000"]) == 0
+    out = capsys.readouterr().out
+    assert f"config fingerprint {TINY.fingerprint}" in out and f"{MEM_BYTES} bytes of memory" in out
+    assert "3000 bytes written and read back intact" in out
+
+
+def test_link_test_soc_answers_and_refuses_programs(capsys):
+    """The SoC without the accelerator (``fpga build --link-test``): INFO names it, its memory works, and
+    the ``fpga`` backend refuses to run programs on it."""
+    with SimulatedBoard(None, mem_bytes=MEM_BYTES, clock_hz=24_000_000) as link_test:
+        assert main(["fpga", "check", "--port", link_test.port, "--bytes", "2000"]) == 0
+        out = capsys.readouterr().out
+        assert "the link test (no accelerator)" in out and "2000 bytes written and read back intact" in out
+        with pytest.raises(DeviceError, match="runs the link-test bitstream"):
+            FpgaDevice(TINY, port=link_test.port)
+
+
+def test_check_on_a_silent_port_is_one_line(capsys):
+    master, slave = os.openpty()
+    try:
+        assert main(["fpga", "check", "--port", os.ttyname(slave), "--timeout", "0.5"]) == 1
+    finally:
+        os.close(master)
+        os.close(slave)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no answer within 0.5 s" in err

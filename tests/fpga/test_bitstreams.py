@@ -1,0 +1,42 @@
+"""Real bitstreams in every test run: the link-test SoC (UART, host bridge, on-chip memory; no
+accelerator, which takes 35 minutes or more to place and route) built for one board of each family
+with the YoWASP tools, through the same flow as ``tilewright fpga build``. The bitstreams are checked
+against the device families' documented formats, not against our own code."""
+
+import json
+
+import pytest
+
+from tilewright.cli import main
+from tilewright.fpga.boards import get_board
+from tilewright.fpga.build import REPORT_NAME
+
+#: A family's bitstream file and bytes its format requires: the iCE40 and ECP5 sync words, Gowin's
+#: text bitstream (lines of 0 and 1).
+FORMATS = {"ice40": ("top.bin", bytes.fromhex("7eaa997e")), "ecp5": ("top.bit", bytes.fromhex("ffffbdb3")),
+           "gowin": ("top.fs", None)}
+
+
+@pytest.mark.parametrize("board_name", ["icebreaker", "ulx3s-45f", "tangnano9k"])
+def test_link_test_bitstream(board_name, tmp_path, capsys):
+    board = get_board(board_name)
+    out = tmp_path / board_name
+    assert main(["fpga", "build", "--board", board_name, "--link-test", "-o", str(out)]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith(f"{board_name} link-test: Fmax") and "(met)" in summary
+
+    report = json.loads((out / REPORT_NAME).read_text())
+    assert report["ok"] and report["timing_met"] and report["config"] == "link-test"
+    assert all(v["achieved_mhz"] >= v["constraint_mhz"] >= board.freq_mhz - 0.5 for v in report["fmax"].values())
+    used = report["synthesis"]
+    assert 0 < used["LUT"]["used"] <= used["LUT"]["available"] == board.resources["LUT"]
+    assert report["critical_path"]["ns"] > 0
+
+    name, sync = FORMATS[board.family]
+    bitstream = (out / name).read_bytes()
+    assert report["bitstream"] == str(out / name)
+    if sync is not None:
+        assert sync in bitstream[:256]
+    else:
+        lines = bitstream.decode("ascii").split()
+        assert len(lines) > 100 and all(set(line) <= {"0", "1"} for line in lines if not line.startswith("//"))
