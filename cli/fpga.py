@@ -43,22 +43,36 @@ def cmd_boards(args):
 
 def cmd_build(args):
     from tilewright.fpga.boards import BoardError
-    from tilewright.fpga.build import BuildError, build_bitstream, summary
+    from tilewright.fpga.build import BuildError, build_bitstreams, seed_spread, summary, timing_error
     board = _board(args.board)
     if args.link_test and args.config:
         raise _error("--link-test builds the SoC without an accelerator: leave out --config")
+    if len(set(args.seed)) != len(args.seed):
+        raise _error("give each --seed once")
+    if args.output and len(args.seed) > 1:
+        raise _error("-o names one build's folder: leave it out with several seeds (each gets its own)")
     cfg = None if args.link_test else _board_config(args, board)
     try:
-        report = build_bitstream(board.name, config=cfg, freq_mhz=args.freq, seed=args.seed, out_dir=args.output,
-                                 progress=lambda line: print(line, flush=True), link_test=args.link_test)
+        reports = build_bitstreams(board.name, config=cfg, freq_mhz=args.freq, seeds=args.seed,
+                                   out_dirs=[args.output] if args.output else None, jobs=args.jobs,
+                                   progress=lambda line: print(line, flush=True), link_test=args.link_test)
     except (BuildError, BoardError) as e:
         raise _error(str(e)) from None
-    print(summary(report))
+    for report in reports:
+        print(summary(report) + (f" (seed {report['seed']})" if len(reports) > 1 else ""))
+    spread = seed_spread(reports)
+    if spread:
+        print(spread)
+    missed = [r for r in reports if not r["timing_met"]]
+    if missed:
+        raise _error(timing_error(missed[0]) + (f"; {len(missed)} of {len(reports)} seeds missed" if len(reports) > 1
+                                                 else ""))
 
 
 def report_table(reports):
-    """Markdown table of build reports (one row per board × config × clock × seed)."""
-    from tilewright.fpga.build import worst_fmax
+    """Markdown table of build reports (one row per board × config × clock × seed), and the Fmax spread
+    of each build made with several seeds."""
+    from tilewright.fpga.build import seed_spread, worst_fmax
     rows = ["| board | config | clock MHz | Fmax MHz | timing | LUT | FF | DSP | BRAM | seed | P&R s |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(reports, key=lambda r: (r["board"], r["config"], r["clock_mhz"], r["seed"])):
@@ -72,7 +86,12 @@ def report_table(reports):
         rows.append(f"| {r['board']} | {r['config']} | {r['clock_mhz']:g} | {f'{fmax:.1f}' if fmax else '–'} | "
                     f"{timing} | {cell('LUT')} | {cell('FF')} | {cell('DSP')} | {cell('BRAM')} | {r['seed']} | "
                     f"{r['seconds'].get('place_and_route', 0):.0f} |")
-    return "\n".join(rows) + "\n"
+    groups = {}
+    for r in reports:
+        groups.setdefault((r["board"], r["config"], r["clock_mhz"]), []).append(r)
+    spreads = [f"* {board} {config} at {clock:g} MHz: {seed_spread(group)}"
+               for (board, config, clock), group in sorted(groups.items()) if seed_spread(group)]
+    return "\n".join(rows + ([""] + spreads if spreads else [])) + "\n"
 
 
 def _reports(paths):
@@ -183,7 +202,9 @@ def add_parser(sub):
     sp.add_argument("--board", required=True)
     sp.add_argument("--config", help="hardware config (default: the board's preset)")
     sp.add_argument("--freq", type=float, help="accelerator clock in MHz (default: the board's)")
-    sp.add_argument("--seed", type=int, default=1, help="place-and-route seed")
+    sp.add_argument("--seed", type=int, nargs="+", default=[1],
+                    help="place-and-route seed; several: one synthesis, a build per seed and the Fmax spread")
+    sp.add_argument("--jobs", type=int, help="seeds placed and routed at a time (default: one per core)")
     sp.add_argument("-o", "--output", help="output folder (default build/fpga/BOARD-CONFIG-FREQ-seedN)")
     sp.add_argument("--link-test", action="store_true",
                     help="the SoC without the accelerator: a board's link and memory, checked with `fpga check` "

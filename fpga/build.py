@@ -11,12 +11,14 @@ Tools are found as Amaranth finds them, through environment variables
 commands installed with Tilewright.
 """
 
+import concurrent.futures
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from .boards import get_board
 from .protocol import LINK_TEST_FINGERPRINT
 from .soc import LINK_TEST, LINK_TEST_BUS_BITS, BoardTop
 
-__all__ = ["BuildError", "build_bitstream", "summary", "worst_fmax", "critical_path", "tool", "utilization_from_stat",
+__all__ = ["BuildError", "build_bitstream", "build_bitstreams", "timing_error", "seed_spread", "summary", "worst_fmax", "critical_path", "tool", "utilization_from_stat",
            "SYNTH", "synth_commands",
            "REPORT_NAME"]
 
@@ -205,6 +207,19 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     device or nextpnr does not meet timing at ``freq_mhz``; the report is
     written either way.
     """
+    report = build_bitstreams(board_name, config=config, freq_mhz=freq_mhz, seeds=[seed],
+                              out_dirs=[out_dir] if out_dir else None, progress=progress, link_test=link_test)[0]
+    if not report["timing_met"]:
+        raise BuildError(timing_error(report))
+    return report
+
+
+def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_dirs=None, progress=print,
+                     link_test=False, jobs=None):
+    """Synthesise once and place and route with each of ``seeds``, up to ``jobs`` at a time (default: one
+    per core; nextpnr is single-threaded). Returns one report per seed, each also written to its folder
+    (``out_dirs``, default ``build/fpga/BOARD-CONFIG-FREQ-seedN``); a seed that misses timing is in its
+    report (``timing_met``), not an error. Raises :class:`BuildError` when the design does not fit."""
     board = get_board(board_name)
     if link_test:
         cfg, config_name, fingerprint, tag, bus_bytes = (None, LINK_TEST, LINK_TEST_FINGERPRINT, "no accelerator",
@@ -214,11 +229,18 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
         config_name, fingerprint, tag, bus_bytes = cfg.name, cfg.fingerprint, cfg.tag, cfg.bus_bytes
     freq_mhz = board.freq_mhz if freq_mhz is None else freq_mhz
     achieved_clock = board.achieved_mhz(freq_mhz)
-    out = Path(out_dir or f"build/fpga/{board.name}-{config_name}-{freq_mhz:g}MHz-seed{seed}")
+    seeds = list(seeds)
+    outs = [Path(d) for d in out_dirs] if out_dirs else [
+        Path(f"build/fpga/{board.name}-{config_name}-{freq_mhz:g}MHz-seed{seed}") for seed in seeds]
+    if len(outs) != len(seeds) or len(set(seeds)) != len(seeds):
+        raise BuildError("give each seed once, and one output folder per seed")
+    out = outs[0]
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     platform = board.platform_class()
-    progress(f"{board.title}: config {config_name} ({tag}), {achieved_clock:g} MHz, seed {seed} -> {out}")
+    progress(f"{board.title}: config {config_name} ({tag}), {achieved_clock:g} MHz, "
+             f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} -> {out}"
+             + (f" ..." if len(seeds) > 1 else ""))
 
     top = BoardTop(board, cfg, freq_hz=int(round(achieved_clock * 1e6)), baud=board.baud)
     plan = platform.prepare(top, name="top")
@@ -227,7 +249,7 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
             (out / name).write_text(plan.files[name] if isinstance(plan.files[name], str) else
                                     plan.files[name].decode())
     report = {"board": board.name, "title": board.title, "config": config_name, "fingerprint": fingerprint,
-              "tag": tag, "requested_mhz": freq_mhz, "clock_mhz": achieved_clock, "seed": seed,
+              "tag": tag, "requested_mhz": freq_mhz, "clock_mhz": achieved_clock, "seed": seeds[0],
               "mem_bytes": board.mem_bytes, "baud": board.baud, "tools": {}, "seconds": {}}
     report["tools"]["yosys"] = _version(tool("yosys"))
 
@@ -255,17 +277,44 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
         kind, need, have = over[0]
         raise BuildError(f"config {config_name} does not fit {board.title}: {kind} {need} needed, {have} available"
                          + "".join(f"; {k} {n} > {h}" for k, n, h in over[1:]))
+    report["tools"]["nextpnr"] = _version(_pnr_args(board, platform, freq_mhz=achieved_clock, seed=0)[0])
 
-    pnr = _pnr_args(board, platform, freq_mhz=achieved_clock, seed=seed)
-    report["tools"]["nextpnr"] = _version(pnr[0])
+    # Every seed places and routes the one netlist, in its own folder.
+    reports = []
+    for seed, seed_out in zip(seeds, outs):
+        seed_out.mkdir(parents=True, exist_ok=True)
+        for name in os.listdir(out):
+            if seed_out != out and name.startswith("top.") and name.endswith((".json", ".lpf", ".pcf", ".cst")):
+                shutil.copyfile(out / name, seed_out / name)
+        reports.append(dict(report, seed=seed, tools=dict(report["tools"]), seconds=dict(report["seconds"])))
+
+    lock = threading.Lock()
+
+    def place_and_route(seed_report, seed_out):
+        def say(line):
+            with lock:      # (one line at a time from the seeds' threads)
+                progress(line if len(seeds) == 1 else f"  seed {seed_report['seed']}:{line}")
+        try:
+            return _place_and_route(board, platform, seed_report, seed_out, achieved_clock, started, say)
+        except BuildError:
+            _write(seed_out, seed_report, started, ok=False)
+            raise
+
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(seeds)))
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:       # (each thread waits on one nextpnr)
+        return list(pool.map(place_and_route, reports, outs))
+
+
+def _place_and_route(board, platform, report, out, achieved_clock, started, progress):
+    """nextpnr and the packer on ``out/top.json`` with ``report['seed']``; completes and writes ``report``."""
+    pnr = _pnr_args(board, platform, freq_mhz=achieved_clock, seed=report["seed"])
     progress(f"  placing and routing ({Path(pnr[0]).name}; single-threaded, this takes minutes)")
 
     def does_not_fit(log_path):
         over = _overused(log_path)
         if over:
-            _write(out, report, started, ok=False)
-            return f"config {config_name} does not fit {board.title}: {over[0]} {over[1]} needed, {over[2]} available " \
-                   f"after packing (nextpnr)"
+            return (f"config {report['config']} does not fit {board.title}: {over[0]} {over[1]} needed, "
+                    f"{over[2]} available after packing (nextpnr)")
         return None
 
     report["seconds"]["place_and_route"] = _run(pnr, cwd=out, log="pnr.log", what="nextpnr", progress=progress,
@@ -284,12 +333,27 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     report["seconds"]["pack"] = _run(pack, cwd=out, log="pack.log", what=Path(pack[0]).name, progress=progress)
     report["bitstream"] = str(out / bitstream)
     _write(out, report, started, ok=report["timing_met"])
-    if not report["timing_met"]:
-        path = report["critical_path"]
-        raise BuildError(f"timing not met at {achieved_clock:g} MHz: achieved {worst_fmax(report) or '?'} MHz"
-                         + (f", worst path {path['from']} -> {path['to']} ({path['ns']} ns)" if path else "")
-                         + f" (report {out / REPORT_NAME})")
     return report
+
+
+def timing_error(report):
+    """The one-line error for a report whose timing was not met."""
+    path = report.get("critical_path")
+    folder = Path(report["bitstream"]).parent if report.get("bitstream") else None
+    return (f"timing not met at {report['clock_mhz']:g} MHz with seed {report['seed']}: achieved "
+            f"{worst_fmax(report) or '?'} MHz"
+            + (f", worst path {path['from']} -> {path['to']} ({path['ns']} ns)" if path else "")
+            + (f" (report {folder / REPORT_NAME})" if folder else ""))
+
+
+def seed_spread(reports):
+    """One line on the Fmax of builds that differ only in their seed, or None for fewer than two."""
+    fmax = sorted((worst_fmax(r), r["seed"]) for r in reports if worst_fmax(r))
+    if len(fmax) < 2:
+        return None
+    low, high = fmax[0][0], fmax[-1][0]
+    return (f"Fmax over seeds {', '.join(str(s) for _, s in sorted(fmax, key=lambda f: f[1]))}: "
+            f"{low:.1f}-{high:.1f} MHz (spread {100 * (high - low) / high:.0f}% of the best)")
 
 
 def _write(out, report, started, *, ok):

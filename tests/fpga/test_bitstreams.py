@@ -40,3 +40,18 @@ def test_link_test_bitstream(board_name, tmp_path, capsys):
     else:
         lines = bitstream.decode("ascii").split()
         assert len(lines) > 100 and all(set(line) <= {"0", "1"} for line in lines if not line.startswith("//"))
+
+
+def test_several_seeds_share_one_synthesis_and_report_their_spread(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fpga", "build", "--board", "icebreaker", "--link-test", "--seed", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("synthesizing (Yosys)") == 1
+    folders = [tmp_path / f"build/fpga/icebreaker-link-test-24MHz-seed{seed}" for seed in (1, 2)]
+    reports = [json.loads((folder / REPORT_NAME).read_text()) for folder in folders]
+    assert [r["seed"] for r in reports] == [1, 2] and all(r["timing_met"] for r in reports)
+    assert all((folder / "top.bin").is_file() for folder in folders)
+    fmax = sorted(min(v["achieved_mhz"] for v in r["fmax"].values()) for r in reports)
+    assert f"Fmax over seeds 1, 2: {fmax[0]:.1f}-{fmax[1]:.1f} MHz" in out
+    assert main(["fpga", "report"]) == 0
+    assert "* icebreaker link-test at 24 MHz: Fmax over seeds 1, 2" in capsys.readouterr().out
