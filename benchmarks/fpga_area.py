@@ -67,15 +67,16 @@ def synthesise(component, family, workdir):
     platform = get_board(FAMILY_BOARD[family]).platform_class()
     (workdir / "unit.il").write_text(rtlil.convert(component, name="top", platform=platform))
     commands = synth_commands(family)
-    for attempt, command in enumerate(commands):       # the classic LUT mapper when ABC9 quits
+    for attempt, command in enumerate(commands):       # the classic LUT mapper when ABC9 quits silently
         script = f"read_rtlil unit.il; {command}; tee -q -o stat.json stat -json; write_json unit.json"
         try:
             subprocess.run([tool("yosys"), "-q", "-p", script], cwd=workdir, check=True, capture_output=True)
             break
-        except subprocess.CalledProcessError:
-            if attempt + 1 == len(commands):
+        except subprocess.CalledProcessError as e:
+            if attempt + 1 == len(commands) or b"ERROR" in e.stdout + e.stderr:
                 raise
-    return utilization_from_stat(json.loads((workdir / "stat.json").read_text()), family)
+    cells = utilization_from_stat(json.loads((workdir / "stat.json").read_text()), family)
+    return dict(cells, lut_mapper="abc9" if attempt == 0 else "abc")
 
 
 def place_and_route(workdir, freq_mhz, seed=1):

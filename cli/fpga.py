@@ -47,8 +47,6 @@ def cmd_build(args):
     board = _board(args.board)
     if args.link_test and args.config:
         raise _error("--link-test builds the SoC without an accelerator: leave out --config")
-    if len(set(args.seed)) != len(args.seed):
-        raise _error("give each --seed once")
     if args.output and len(args.seed) > 1:
         raise _error("-o names one build's folder: leave it out with several seeds (each gets its own)")
     cfg = None if args.link_test else _board_config(args, board)
@@ -59,14 +57,16 @@ def cmd_build(args):
     except (BuildError, BoardError) as e:
         raise _error(str(e)) from None
     for report in reports:
-        print(summary(report) + (f" (seed {report['seed']})" if len(reports) > 1 else ""))
+        print(f"seed {report['seed']}: {report['error']}" if report.get("error") else
+              summary(report) + (f" (seed {report['seed']})" if len(reports) > 1 else ""))
     spread = seed_spread(reports)
     if spread:
         print(spread)
-    missed = [r for r in reports if not r["timing_met"]]
-    if missed:
-        raise _error(timing_error(missed[0]) + (f"; {len(missed)} of {len(reports)} seeds missed" if len(reports) > 1
-                                                 else ""))
+    failed = [r for r in reports if r.get("error") or not r["timing_met"]]
+    if failed:
+        first = failed[0]
+        raise _error((first["error"] if first.get("error") else timing_error(first))
+                     + (f"; {len(failed)} of {len(reports)} seeds failed" if len(reports) > 1 else ""))
 
 
 def report_table(reports):

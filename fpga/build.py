@@ -100,11 +100,25 @@ def _overused(log_path):
     """The first resource nextpnr's packer reports above 100 % in ``log_path`` as ``(bel, used, available)``,
     or None. (nextpnr-himbaechel goes on to place an overfull design, and never finishes.)"""
     with open(log_path, errors="replace") as f:
-        head = f.read(1 << 16)
+        head = f.read(1 << 18)
     for bel, used, available in _UTILISATION.findall(head):
         if int(used) > int(available):
             return bel, int(used), int(available)
     return None
+
+
+def _has_error(log_path):
+    """Whether a tool's log names an error (a tool that quits without one may be retried another way)."""
+    return log_path.exists() and "ERROR" in log_path.read_text(errors="replace")
+
+
+def _link(source, target):
+    """``target`` the same file as ``source``: a hard link where the file system allows, else a copy."""
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def _last_line(path):
@@ -141,18 +155,22 @@ def utilization_from_stat(stat, family, *, top="top"):
     return used
 
 
+#: The nextpnr of each family.
+NEXTPNR = {"ecp5": "nextpnr-ecp5", "ice40": "nextpnr-ice40", "gowin": "nextpnr-himbaechel"}
+
+
 def _pnr_args(board, platform, *, freq_mhz, seed):
     common = ["--json", "top.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--report", "pnr_report.json",
               "--timing-allow-fail"]
     if board.family == "ecp5":
         # router2: router1 (the ECP5 default) left thousands of wires overused after an hour on the SoC.
-        return [tool("nextpnr-ecp5"), platform._nextpnr_device_options[platform.device], "--package",
+        return [tool(NEXTPNR["ecp5"]), platform._nextpnr_device_options[platform.device], "--package",
                 platform._nextpnr_package_options[platform.package].upper(), "--speed", str(platform.speed),
                 "--lpf", "top.lpf", "--textcfg", "top.config", "--router", "router2", *common]
     if board.family == "ice40":
-        return [tool("nextpnr-ice40"), platform._nextpnr_device_options[platform.device], "--package",
+        return [tool(NEXTPNR["ice40"]), platform._nextpnr_device_options[platform.device], "--package",
                 platform.package.lower(), "--pcf", "top.pcf", "--asc", "top.asc", *common]
-    return [tool("nextpnr-himbaechel"), "--device", platform.part, "--vopt", f"family={_gowin_die(platform)}",
+    return [tool(NEXTPNR["gowin"]), "--device", platform.part, "--vopt", f"family={_gowin_die(platform)}",
             "--vopt", "cst=top.cst", "--write", "pnr.json", *common]
 
 
@@ -209,6 +227,8 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
     """
     report = build_bitstreams(board_name, config=config, freq_mhz=freq_mhz, seeds=[seed],
                               out_dirs=[out_dir] if out_dir else None, progress=progress, link_test=link_test)[0]
+    if report.get("error"):
+        raise BuildError(report["error"])
     if not report["timing_met"]:
         raise BuildError(timing_error(report))
     return report
@@ -219,7 +239,8 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
     """Synthesise once and place and route with each of ``seeds``, up to ``jobs`` at a time (default: one
     per core; nextpnr is single-threaded). Returns one report per seed, each also written to its folder
     (``out_dirs``, default ``build/fpga/BOARD-CONFIG-FREQ-seedN``); a seed that misses timing is in its
-    report (``timing_met``), not an error. Raises :class:`BuildError` when the design does not fit."""
+    report (``timing_met``), as is one whose place and route failed (``error``). Raises :class:`BuildError`
+    when the design does not fit."""
     board = get_board(board_name)
     if link_test:
         cfg, config_name, fingerprint, tag, bus_bytes = (None, LINK_TEST, LINK_TEST_FINGERPRINT, "no accelerator",
@@ -232,7 +253,7 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
     seeds = list(seeds)
     outs = [Path(d) for d in out_dirs] if out_dirs else [
         Path(f"build/fpga/{board.name}-{config_name}-{freq_mhz:g}MHz-seed{seed}") for seed in seeds]
-    if len(outs) != len(seeds) or len(set(seeds)) != len(seeds):
+    if len(outs) != len(seeds) or len(set(seeds)) != len(seeds) or len({o.resolve() for o in outs}) != len(outs):
         raise BuildError("give each seed once, and one output folder per seed")
     out = outs[0]
     out.mkdir(parents=True, exist_ok=True)
@@ -240,7 +261,7 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
     platform = board.platform_class()
     progress(f"{board.title}: config {config_name} ({tag}), {achieved_clock:g} MHz, "
              f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} -> {out}"
-             + (f" ..." if len(seeds) > 1 else ""))
+             + (" and beside it" if len(seeds) > 1 else ""))
 
     top = BoardTop(board, cfg, freq_hz=int(round(achieved_clock * 1e6)), baud=board.baud)
     plan = platform.prepare(top, name="top")
@@ -249,7 +270,7 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
             (out / name).write_text(plan.files[name] if isinstance(plan.files[name], str) else
                                     plan.files[name].decode())
     report = {"board": board.name, "title": board.title, "config": config_name, "fingerprint": fingerprint,
-              "tag": tag, "requested_mhz": freq_mhz, "clock_mhz": achieved_clock, "seed": seeds[0],
+              "tag": tag, "requested_mhz": freq_mhz, "clock_mhz": achieved_clock,
               "mem_bytes": board.mem_bytes, "baud": board.baud, "tools": {}, "seconds": {}}
     report["tools"]["yosys"] = _version(tool("yosys"))
 
@@ -264,8 +285,9 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
             report["lut_mapper"] = "abc9" if attempt == 0 else "abc"
             break
         except BuildError:
-            if attempt + 1 == len(commands):
+            if attempt + 1 == len(commands) or _has_error(out / "synth.log"):
                 raise
+            (out / "synth.log").replace(out / "synth.abc9.log")
             progress("  ABC9 stopped without a message; mapping LUTs again with ABC's classic mapper")
     used = utilization_from_stat(json.loads((out / "stat.json").read_text()), board.family)
     report["synthesis"] = {kind: {"used": used.get(kind, 0), "available": board.resources.get(kind)}
@@ -273,19 +295,23 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
     over = [(k, v["used"], v["available"]) for k, v in report["synthesis"].items()
             if v["available"] is not None and v["used"] > v["available"]]
     if over:
-        _write(out, report, started, ok=False)
+        for seed, seed_out in zip(seeds, outs):         # (no stale report of an earlier build stays behind)
+            seed_out.mkdir(parents=True, exist_ok=True)
+            _write(seed_out, dict(report, seed=seed), started, ok=False)
         kind, need, have = over[0]
         raise BuildError(f"config {config_name} does not fit {board.title}: {kind} {need} needed, {have} available"
                          + "".join(f"; {k} {n} > {h}" for k, n, h in over[1:]))
-    report["tools"]["nextpnr"] = _version(_pnr_args(board, platform, freq_mhz=achieved_clock, seed=0)[0])
+    report["tools"]["nextpnr"] = _version(tool(NEXTPNR[board.family]))
 
-    # Every seed places and routes the one netlist, in its own folder.
+    # Every seed places and routes the one netlist, in its own folder (linked there: YoWASP's tools see
+    # only their working folder).
     reports = []
     for seed, seed_out in zip(seeds, outs):
         seed_out.mkdir(parents=True, exist_ok=True)
-        for name in os.listdir(out):
-            if seed_out != out and name.startswith("top.") and name.endswith((".json", ".lpf", ".pcf", ".cst")):
-                shutil.copyfile(out / name, seed_out / name)
+        if seed_out.resolve() != out.resolve():
+            for name in os.listdir(out):
+                if name.startswith("top.") and name.endswith((".json", ".lpf", ".pcf", ".cst")):
+                    _link(out / name, seed_out / name)
         reports.append(dict(report, seed=seed, tools=dict(report["tools"]), seconds=dict(report["seconds"])))
 
     lock = threading.Lock()
@@ -296,9 +322,10 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
                 progress(line if len(seeds) == 1 else f"  seed {seed_report['seed']}:{line}")
         try:
             return _place_and_route(board, platform, seed_report, seed_out, achieved_clock, started, say)
-        except BuildError:
+        except BuildError as e:        # (a seed's failure is its report's; the other seeds go on)
+            seed_report["error"] = str(e)
             _write(seed_out, seed_report, started, ok=False)
-            raise
+            return seed_report
 
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(seeds)))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:       # (each thread waits on one nextpnr)

@@ -72,7 +72,7 @@ class SocCore(wiring.Component):
             clock_hz=self.clock_hz, idle_timeout=protocol.IDLE_TIMEOUT_BITS * self.divisor)
         m.submodules.rx = rx = UartRx(self.divisor)
         m.submodules.tx = tx = UartTx(self.divisor)
-        if cfg:
+        if cfg is not None:
             m.submodules.accelerator = acc = Accelerator(cfg, addr_width=addr_width)
             forward(m, acc.m_axi, mem.axi)
             wiring.connect(m, bridge.regs, acc.s_axil)

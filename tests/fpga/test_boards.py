@@ -1,9 +1,11 @@
 """Boards: PLL plans within the devices' documented ranges, every board's top prepared for its
 toolchain (pins, clock plan, the SoC), and the CLI's one-line errors."""
 
+import json
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +121,26 @@ def test_build_stops_when_the_packed_design_does_not_fit(tmp_path, monkeypatch, 
     assert time.monotonic() - started < 60
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not fit" in err and "LUT4 9734 needed, 8640 available" in err
+
+
+def test_a_seed_that_fails_leaves_the_others_reported(tmp_path, monkeypatch, capsys):
+    """Place and route failing for one seed is that seed's report and error; the other seeds' bitstreams
+    and reports stand, and the command exits 1 saying how many failed."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("YOSYS", _fake_tool(tmp_path / "yosys", (
+        "if '--version' in sys.argv: print('Yosys (fake)'); sys.exit()\n"
+        "open('stat.json', 'w').write(json.dumps({'modules': {'\\\\top': {'num_cells_by_type': {'LUT4': 10}}}}))\n"
+        "open('top.json', 'w').write('{}')\n")))
+    monkeypatch.setenv("NEXTPNR_HIMBAECHEL", _fake_tool(tmp_path / "nextpnr", (
+        "if '--version' in sys.argv: print('nextpnr (fake)'); sys.exit()\n"
+        "if sys.argv[sys.argv.index('--seed') + 1] == '2': print('ERROR: no route for net x'); sys.exit(1)\n"
+        "open('pnr_report.json', 'w').write(json.dumps({'fmax': {'clk': {'achieved': 50.0, 'constraint': 27.0}}}))\n")))
+    monkeypatch.setenv("GOWIN_PACK", _fake_tool(tmp_path / "pack", "open('top.fs', 'w').write('0101')\n"))
+    assert main(["fpga", "build", "--board", "tangnano9k", "--seed", "1", "2"]) == 1
+    captured = capsys.readouterr()
+    assert "seed 2: nextpnr failed" in captured.out and "ERROR: no route for net x" in captured.out
+    assert captured.err.count("\n") == 1 and "1 of 2 seeds failed" in captured.err
+    folder = tmp_path / "build/fpga/tangnano9k-tiny-27MHz-seed{}"
+    ok, failed = (json.loads((Path(str(folder).format(seed)) / "report.json").read_text()) for seed in (1, 2))
+    assert ok["ok"] and ok["timing_met"] and Path(ok["bitstream"]).is_file()
+    assert not failed["ok"] and "no route for net x" in failed["error"]
