@@ -274,21 +274,7 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
               "mem_bytes": board.mem_bytes, "baud": board.baud, "tools": {}, "seconds": {}}
     report["tools"]["yosys"] = _version(tool("yosys"))
 
-    progress("  synthesizing (Yosys)")
-    report["seconds"]["synthesis"] = 0
-    commands = synth_commands(board.family)
-    for attempt, command in enumerate(commands):
-        try:
-            report["seconds"]["synthesis"] += _run(
-                [tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board, bus_bytes, command)],
-                cwd=out, log="synth.stdout", tail="synth.log", what="Yosys", progress=progress)
-            report["lut_mapper"] = "abc9" if attempt == 0 else "abc"
-            break
-        except BuildError:
-            if attempt + 1 == len(commands) or _has_error(out / "synth.log"):
-                raise
-            (out / "synth.log").replace(out / "synth.abc9.log")
-            progress("  ABC9 stopped without a message; mapping LUTs again with ABC's classic mapper")
+    report["seconds"]["synthesis"], report["lut_mapper"] = _synthesise(board, bus_bytes, out, progress)
     used = utilization_from_stat(json.loads((out / "stat.json").read_text()), board.family)
     report["synthesis"] = {kind: {"used": used.get(kind, 0), "available": board.resources.get(kind)}
                            for kind in used}
@@ -330,6 +316,24 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(seeds)))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:       # (each thread waits on one nextpnr)
         return list(pool.map(place_and_route, reports, outs))
+
+
+def _synthesise(board, bus_bytes, out, progress):
+    """Yosys on ``out/top.il`` into ``out/top.json`` and ``out/stat.json``: the family's flow, and ABC's
+    classic LUT mapper when ABC9 quits without an error. Returns (seconds, the LUT mapper used)."""
+    progress("  synthesizing (Yosys)")
+    seconds = 0
+    commands = synth_commands(board.family)
+    for attempt, command in enumerate(commands):
+        try:
+            seconds += _run([tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board, bus_bytes, command)],
+                            cwd=out, log="synth.stdout", tail="synth.log", what="Yosys", progress=progress)
+            return seconds, "abc9" if attempt == 0 else "abc"
+        except BuildError:
+            if attempt + 1 == len(commands) or _has_error(out / "synth.log"):
+                raise
+            (out / "synth.log").replace(out / "synth.abc9.log")
+            progress("  ABC9 stopped without a message; mapping LUTs again with ABC's classic mapper")
 
 
 def _place_and_route(board, platform, report, out, achieved_clock, started, progress):
