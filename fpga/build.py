@@ -96,14 +96,23 @@ def _run(args, *, cwd, log, what, progress, tail=None, heartbeat=30.0, watch=Non
 _UTILISATION = re.compile(r"Info:\s+(\S+):\s+(\d+)/\s*(\d+)\s+\d+%")
 
 
-def _overused(log_path):
-    """The first resource nextpnr's packer reports above 100 % in ``log_path`` as ``(bel, used, available)``,
-    or None. (nextpnr-himbaechel goes on to place an overfull design, and never finishes.)"""
+#: Cell kinds nextpnr counts apart that take the same sites: a Gowin ALU is a LUT4 in arithmetic mode.
+_SHARED_SITES = {"gowin": ("LUT4", "ALU")}
+
+
+def _overused(log_path, family):
+    """The first resource nextpnr's packer reports above what the device has in ``log_path``, as
+    ``(bel, used, available)``, or None. (nextpnr-himbaechel goes on to place an overfull design, and
+    never finishes.)"""
     with open(log_path, errors="replace") as f:
         head = f.read(1 << 18)
-    for bel, used, available in _UTILISATION.findall(head):
-        if int(used) > int(available):
-            return bel, int(used), int(available)
+    usage = {bel: (int(used), int(available)) for bel, used, available in _UTILISATION.findall(head)}
+    for bel, (used, available) in usage.items():
+        if used > available:
+            return bel, used, available
+    shared = [kind for kind in _SHARED_SITES.get(family, ()) if kind in usage]
+    if len(shared) > 1 and sum(usage[kind][0] for kind in shared) > usage[shared[0]][1]:
+        return " + ".join(shared), sum(usage[kind][0] for kind in shared), usage[shared[0]][1]
     return None
 
 
@@ -342,7 +351,7 @@ def _place_and_route(board, platform, report, out, achieved_clock, started, prog
     progress(f"  placing and routing ({Path(pnr[0]).name}; single-threaded, this takes minutes)")
 
     def does_not_fit(log_path):
-        over = _overused(log_path)
+        over = _overused(log_path, board.family)
         if over:
             return (f"config {report['config']} does not fit {board.title}: {over[0]} {over[1]} needed, "
                     f"{over[2]} available after packing (nextpnr)")
