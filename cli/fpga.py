@@ -168,6 +168,8 @@ def cmd_check(args):
 
     from tilewright.fpga import protocol
     from tilewright.fpga.link import Link, LinkError
+    if args.bytes < 1 or args.timeout <= 0 or (args.baud is not None and args.baud <= 0):
+        raise _error("--bytes, --timeout and --baud take positive numbers")
     baud = args.baud or (_board(args.board).baud if args.board else protocol.DEFAULT_BAUD)
     try:
         with Link(args.port, baud=baud, timeout=args.timeout) as link:
@@ -214,7 +216,7 @@ def add_parser(sub):
     sp = fpga.add_parser("check", help="ask a board (or the simulated board) who it is and test its memory")
     sp.add_argument("--port", required=True)
     sp.add_argument("--board", help="take the link speed from this board")
-    sp.add_argument("--baud", type=int, help=f"link speed (default: the board's, else the protocol's default)")
+    sp.add_argument("--baud", type=int, help="link speed (default: the board's, else the protocol's default)")
     sp.add_argument("--bytes", type=int, default=4096, help="memory bytes to write and read back (default 4096)")
     sp.add_argument("--seed", type=int, default=0, help="seed of the test pattern")
     sp.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a reply")

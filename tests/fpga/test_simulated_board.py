@@ -169,3 +169,5 @@ def test_check_on_a_silent_port_is_one_line(capsys):
         os.close(slave)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no answer within 0.5 s" in err
+    assert main(["fpga", "check", "--port", "/dev/null", "--bytes", "-5"]) == 1
+    assert "positive numbers" in capsys.readouterr().err
