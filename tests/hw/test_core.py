@@ -321,27 +321,6 @@ def test_soft_products_leave_the_dsp_blocks():
         assert dsps(TINY, Path(tmp)) - dsps(SOFT, Path(tmp)) == SOFT.soft_products
 
 
-@pytest.mark.parametrize("preset", ["tiny", "compact"])
-def test_ecp5_products_are_registered_dsp_blocks(preset):
-    """Elaborated for an ECP5 board, every GEMM product not built from logic is a MULT18X18D holding its
-    operand and product registers; elsewhere none is instantiated."""
-    import re
-
-    from amaranth.back import rtlil
-
-    from tilewright.fpga.boards import get_board
-    cfg = PRESETS[preset]
-    ecp5 = rtlil.convert(ComputeCore(cfg), name="top", platform=get_board("ulx3s-85f").platform_class())
-    cells = re.findall(r"cell \\MULT18X18D .*?\n  end", ecp5, flags=re.S)
-    assert len(cells) == cfg.macs_per_cycle - cfg.soft_products
-    for cell in cells:
-        for register in ("INPUTA", "INPUTB", "OUTPUT"):
-            assert f'parameter \\REG_{register}_CLK "CLK0"' in cell
-        assert 'parameter \\REG_PIPELINE_CLK "NONE"' in cell
-        assert "connect \\SIGNEDA 1'1" in cell and "connect \\SIGNEDB 1'1" in cell
-    assert "MULT18X18D" not in rtlil.convert(ComputeCore(cfg), name="top")
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_gemm_two_loop_levels(seed):
     """GEMM with both loop levels and non-zero factors for dst, src and wgt matches fsim."""
