@@ -35,7 +35,8 @@ from amaranth.back import rtlil
 from tilewright.config import load_config
 from tilewright.isa import MemType
 from tilewright.fpga.boards import get_board
-from tilewright.fpga.build import SYNTH, critical_path, synth_commands, tool, utilization_from_stat
+from tilewright.fpga.build import SYNTH, BuildError, critical_path, tool, utilization_from_stat
+from tilewright.fpga.build import synthesise as synthesise_top
 from tilewright.hw.compute import ComputeUnit
 from tilewright.hw.core import ComputeCore
 from tilewright.hw.fetch import Fetch
@@ -63,29 +64,21 @@ FAMILY_BOARD = {"ecp5": "ulx3s-85f", "ice40": "icebreaker", "gowin": "tangnano9k
 
 
 def synthesise(component, family, workdir):
-    """Cells of ``component`` by kind after the family's Yosys synthesis (netlist in ``workdir/unit.json``)."""
+    """Cells of ``component`` by kind after the family's Yosys synthesis (netlist in ``workdir/top.json``)."""
     platform = get_board(FAMILY_BOARD[family]).platform_class()
-    (workdir / "unit.il").write_text(rtlil.convert(component, name="top", platform=platform))
-    commands = synth_commands(family)
-    for attempt, command in enumerate(commands):       # the classic LUT mapper when ABC9 quits silently
-        script = f"read_rtlil unit.il; {command}; tee -q -o stat.json stat -json; write_json unit.json"
-        try:
-            subprocess.run([tool("yosys"), "-q", "-p", script], cwd=workdir, check=True, capture_output=True)
-            break
-        except subprocess.CalledProcessError as e:
-            if attempt + 1 == len(commands) or b"ERROR" in e.stdout + e.stderr:
-                raise
+    (workdir / "top.il").write_text(rtlil.convert(component, name="top", platform=platform))
+    _, mapper = synthesise_top(family, workdir, progress=lambda line: None)
     cells = utilization_from_stat(json.loads((workdir / "stat.json").read_text()), family)
-    return dict(cells, lut_mapper="abc9" if attempt == 0 else "abc")
+    return dict(cells, lut_mapper=mapper)
 
 
 def place_and_route(workdir, freq_mhz, seed=1):
-    """Fmax (MHz) and critical path of ``workdir/unit.json`` placed and routed out of context on the
+    """Fmax (MHz) and critical path of ``workdir/top.json`` placed and routed out of context on the
     ULX3S-85F's ECP5 (device, package and speed from its board platform)."""
     platform = get_board(FAMILY_BOARD["ecp5"]).platform_class()
     args = [tool("nextpnr-ecp5"), platform._nextpnr_device_options[platform.device], "--package",
             platform._nextpnr_package_options[platform.package].upper(), "--speed", str(platform.speed),
-            "--out-of-context", "--router", "router2", "--json", "unit.json", "--freq", f"{freq_mhz:g}",
+            "--out-of-context", "--router", "router2", "--json", "top.json", "--freq", f"{freq_mhz:g}",
             "--seed", str(seed), "--report", "report.json", "--timing-allow-fail", "-q", "-l", "pnr.log"]
     subprocess.run(args, cwd=workdir, check=True, capture_output=True)
     report = json.loads((workdir / "report.json").read_text())
@@ -122,10 +115,10 @@ def main(argv=None):
             start = time.monotonic()
             try:
                 line = _measure(name, UNITS[name](cfg, addr_width), args, Path(tmp), result["units"])
-            except subprocess.CalledProcessError as exc:
-                # YoWASP's ABC9 sometimes exits without a message on the larger units; report and go on.
+            except (BuildError, subprocess.CalledProcessError) as exc:       # (Yosys, nextpnr): report, go on
                 failed += 1
-                result["units"][name] = {"error": f"{Path(exc.cmd[0]).name} exited with {exc.returncode}"}
+                result["units"][name] = {"error": str(exc) if isinstance(exc, BuildError) else
+                                         f"{Path(exc.cmd[0]).name} exited with {exc.returncode}"}
                 line = f"{name:14s} FAILED: {result['units'][name]['error']}"
             print(line + f"  ({time.monotonic() - start:.0f} s)", flush=True)
     path = args.json or OUT / f"fpga_area_{args.family}_{cfg.name}.json"

@@ -29,7 +29,7 @@ from .protocol import LINK_TEST_FINGERPRINT
 from .soc import LINK_TEST, LINK_TEST_BUS_BITS, BoardTop
 
 __all__ = ["BuildError", "build_bitstream", "build_bitstreams", "timing_error", "seed_spread", "summary", "worst_fmax", "critical_path", "tool", "utilization_from_stat",
-           "SYNTH", "synth_commands",
+           "SYNTH", "synth_commands", "synthesise",
            "REPORT_NAME"]
 
 REPORT_NAME = "report.json"
@@ -214,14 +214,6 @@ def synth_commands(family):
     return [f"{SYNTH[family]} -top top"] + ([_CLASSIC_LUTS[family]] if family in _CLASSIC_LUTS else [])
 
 
-def _synth_script(board, bus_bytes, command):
-    script = "read_rtlil top.il; "
-    if board.mem_ram_style == "huge":
-        # SPRAM cannot be initialised: drop the on-chip memory's all-zero contents (its words only).
-        script += f"delete t:$meminit_v2 r:WORDS={board.mem_bytes // bus_bytes}; "
-    return script + f"{command}; tee -q -o stat.json stat -json; write_json top.json"
-
-
 def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=None, progress=print,
                     link_test=False):
     """Build one bitstream; returns the report (also written to ``out_dir/report.json``).
@@ -283,7 +275,11 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
               "mem_bytes": board.mem_bytes, "baud": board.baud, "tools": {}, "seconds": {}}
     report["tools"]["yosys"] = _version(tool("yosys"))
 
-    report["seconds"]["synthesis"], report["lut_mapper"] = _synthesise(board, bus_bytes, out, progress)
+    # SPRAM cannot be initialised: drop the on-chip memory's all-zero contents (its words only).
+    prelude = (f"delete t:$meminit_v2 r:WORDS={board.mem_bytes // bus_bytes}; "
+               if board.mem_ram_style == "huge" else "")
+    report["seconds"]["synthesis"], report["lut_mapper"] = synthesise(board.family, out, prelude=prelude,
+                                                                      progress=progress)
     used = utilization_from_stat(json.loads((out / "stat.json").read_text()), board.family)
     report["synthesis"] = {kind: {"used": used.get(kind, 0), "available": board.resources.get(kind)}
                            for kind in used}
@@ -327,15 +323,17 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
         return list(pool.map(place_and_route, reports, outs))
 
 
-def _synthesise(board, bus_bytes, out, progress):
-    """Yosys on ``out/top.il`` into ``out/top.json`` and ``out/stat.json``: the family's flow, and ABC's
-    classic LUT mapper when ABC9 quits without an error. Returns (seconds, the LUT mapper used)."""
+def synthesise(family, out, *, prelude="", progress=print):
+    """Yosys on ``out/top.il`` (module ``top``) into ``out/top.json`` and ``out/stat.json``: ``prelude``,
+    then the family's flow, and ABC's classic LUT mapper when ABC9 quits without an error. Returns
+    (seconds, the LUT mapper used)."""
     progress("  synthesizing (Yosys)")
     seconds = 0
-    commands = synth_commands(board.family)
+    commands = synth_commands(family)
     for attempt, command in enumerate(commands):
+        script = f"read_rtlil top.il; {prelude}{command}; tee -q -o stat.json stat -json; write_json top.json"
         try:
-            seconds += _run([tool("yosys"), "-q", "-l", "synth.log", "-p", _synth_script(board, bus_bytes, command)],
+            seconds += _run([tool("yosys"), "-q", "-l", "synth.log", "-p", script],
                             cwd=out, log="synth.stdout", tail="synth.log", what="Yosys", progress=progress)
             return seconds, "abc9" if attempt == 0 else "abc"
         except BuildError:

@@ -83,7 +83,23 @@ def _address_channel(m, axi, prefix, split, pending, bus_bytes, *, room=1):
     return held
 
 
-class _BurstSplitter(wiring.Component):
+class _Splitter(wiring.Component):
+    """The ports every burst splitter has: a transfer command in; per burst, an address ``request`` and
+    a ``burst`` descriptor out (produced together); ``busy`` while a transfer is being split."""
+
+    def __init__(self, *, addr_width, bus_bytes):
+        self.bus_bytes = bus_bytes
+        self.bits = addr_width + 1
+        super().__init__({
+            "cmd": In(stream.Signature(TransferLayout(addr_width))),
+            "request": Out(stream.Signature(data.StructLayout({"addr": self.bits,
+                                                               "beats": range(1, MAX_BURST_BEATS + 1)}))),
+            "burst": Out(stream.Signature(_burst_layout(bus_bytes))),
+            "busy": Out(1),
+        })
+
+
+class _BurstSplitter(_Splitter):
     """Splits a transfer into bursts: an address request and a descriptor per burst.
 
     ``request`` carries the aligned burst address and beat count; ``burst``
@@ -98,17 +114,6 @@ class _BurstSplitter(wiring.Component):
     address, its beat count) is ready while the row before it is split; a
     command is latched, then spends two cycles in set-up.
     """
-
-    def __init__(self, *, addr_width, bus_bytes):
-        self.bus_bytes = bus_bytes
-        self.bits = addr_width + 1
-        super().__init__({
-            "cmd": In(stream.Signature(TransferLayout(addr_width))),
-            "request": Out(stream.Signature(data.StructLayout({"addr": self.bits,
-                                                               "beats": range(1, MAX_BURST_BEATS + 1)}))),
-            "burst": Out(stream.Signature(_burst_layout(bus_bytes))),
-            "busy": Out(1),
-        })
 
     def elaborate(self, platform):
         m = Module()
@@ -204,7 +209,7 @@ class _BurstSplitter(wiring.Component):
         return m
 
 
-class _LeanBurstSplitter(wiring.Component):
+class _LeanBurstSplitter(_Splitter):
     """:class:`_BurstSplitter`'s ports, in a fraction of its logic, for slow clocks and small FPGAs.
 
     Bursts end where a row does or at the next block of :data:`LEAN_BURST_BEATS` beats, aligned: no
@@ -212,17 +217,6 @@ class _LeanBurstSplitter(wiring.Component):
     length comes from a subtraction and a compare in the cycle it leaves; a command spends one cycle
     in set-up.
     """
-
-    def __init__(self, *, addr_width, bus_bytes):
-        self.bus_bytes = bus_bytes
-        self.bits = addr_width + 1
-        super().__init__({
-            "cmd": In(stream.Signature(TransferLayout(addr_width))),
-            "request": Out(stream.Signature(data.StructLayout({"addr": self.bits,
-                                                               "beats": range(1, MAX_BURST_BEATS + 1)}))),
-            "burst": Out(stream.Signature(_burst_layout(bus_bytes))),
-            "busy": Out(1),
-        })
 
     def elaborate(self, platform):
         m = Module()

@@ -104,6 +104,14 @@ def _fake_tool(path, body):
     return str(path)
 
 
+def _fake_yosys(tmp_path, monkeypatch):
+    """A Yosys that "synthesises" any design to ten LUT4s, so a build goes straight on to nextpnr."""
+    monkeypatch.setenv("YOSYS", _fake_tool(tmp_path / "yosys", (
+        "if '--version' in sys.argv: print('Yosys (fake)'); sys.exit()\n"
+        "open('stat.json', 'w').write(json.dumps({'modules': {'\\\\top': {'num_cells_by_type': {'LUT4': 10}}}}))\n"
+        "open('top.json', 'w').write('{}')\n")))
+
+
 @pytest.mark.parametrize("usage,message", [
     (("9734/   8640   112%", "2556/   6480    39%"), "LUT4 9734 needed, 8640 available"),
     # a Gowin ALU takes a LUT4's site: 99 % of the LUT4s and 35 % of the ALUs do not fit together
@@ -112,10 +120,7 @@ def _fake_tool(path, body):
 def test_build_stops_when_the_packed_design_does_not_fit(usage, message, tmp_path, monkeypatch, capsys):
     """nextpnr-himbaechel goes on placing a design its packer found too big (and never finishes): the
     build reads the packer's utilisation, stops the tool and says what does not fit, in one line."""
-    monkeypatch.setenv("YOSYS", _fake_tool(tmp_path / "yosys", (
-        "if '--version' in sys.argv: print('Yosys (fake)'); sys.exit()\n"
-        "open('stat.json', 'w').write(json.dumps({'modules': {'\\\\top': {'num_cells_by_type': {'LUT4': 10}}}}))\n"
-        "open('top.json', 'w').write('{}')\n")))
+    _fake_yosys(tmp_path, monkeypatch)
     monkeypatch.setenv("NEXTPNR_HIMBAECHEL", _fake_tool(tmp_path / "nextpnr", (
         "if '--version' in sys.argv: print('nextpnr (fake)'); sys.exit()\n"
         f"print('Info: Device utilisation:\\nInfo: \\t    LUT4:    {usage[0]}\\n'\n"
@@ -132,10 +137,7 @@ def test_a_seed_that_fails_leaves_the_others_reported(tmp_path, monkeypatch, cap
     """Place and route failing for one seed is that seed's report and error; the other seeds' bitstreams
     and reports stand, and the command exits 1 saying how many failed."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("YOSYS", _fake_tool(tmp_path / "yosys", (
-        "if '--version' in sys.argv: print('Yosys (fake)'); sys.exit()\n"
-        "open('stat.json', 'w').write(json.dumps({'modules': {'\\\\top': {'num_cells_by_type': {'LUT4': 10}}}}))\n"
-        "open('top.json', 'w').write('{}')\n")))
+    _fake_yosys(tmp_path, monkeypatch)
     monkeypatch.setenv("NEXTPNR_HIMBAECHEL", _fake_tool(tmp_path / "nextpnr", (
         "if '--version' in sys.argv: print('nextpnr (fake)'); sys.exit()\n"
         "if sys.argv[sys.argv.index('--seed') + 1] == '2': print('ERROR: no route for net x'); sys.exit(1)\n"
