@@ -96,23 +96,36 @@ def _run(args, *, cwd, log, what, progress, tail=None, heartbeat=30.0, watch=Non
 _UTILISATION = re.compile(r"Info:\s+(\S+):\s+(\d+)/\s*(\d+)\s+\d+%")
 
 
-#: Cell kinds nextpnr counts apart that take the same sites: a Gowin ALU is a LUT4 in arithmetic mode.
-_SHARED_SITES = {"gowin": ("LUT4", "ALU")}
+def lone_flip_flops(netlist):
+    """Gowin flip-flops of a Yosys JSON ``netlist`` (module ``top``) that cannot share a slice with the
+    LUT or ALU feeding them: a GW1N flip-flop takes its D input from its slice's LUT only, so each of
+    these needs a LUT site of its own (nextpnr makes it a pass-through LUT after placement) on top of
+    the LUT4 sites its packer counts. Fed from another flip-flop, a RAM, a DSP or a wide-LUT mux, or
+    the second one a LUT feeds: a lower bound on the extra sites."""
+    cells = netlist["modules"]["top"]["cells"].values()
+    feeder = {}        # net bit -> the LUT or ALU driving it
+    for k, cell in enumerate(cells):
+        port = "F" if cell["type"].startswith("LUT") else "SUM" if cell["type"] == "ALU" else None
+        for bit in cell["connections"].get(port, ()):
+            feeder[bit] = k
+    flip_flops = [cell["connections"]["D"][0] for cell in cells if cell["type"].startswith("DFF")]
+    return len(flip_flops) - len({feeder[d] for d in flip_flops if d in feeder})
 
 
-def _overused(log_path, family):
+def _overused(log_path, family, *, lone_ffs=0):
     """The first resource nextpnr's packer reports above what the device has in ``log_path``, as
-    ``(bel, used, available)``, or None. (nextpnr-himbaechel goes on to place an overfull design, and
-    never finishes.)"""
+    ``(what, needed, available)``, or None. (nextpnr-himbaechel goes on to place an overfull design,
+    and never finishes.) On the Gowin, ``lone_ffs`` (:func:`lone_flip_flops`) each take a LUT4 site
+    beyond the LUT4 count, which already holds the ALUs and the LUT RAMs' slices."""
     with open(log_path, errors="replace") as f:
         head = f.read(1 << 18)
     usage = {bel: (int(used), int(available)) for bel, used, available in _UTILISATION.findall(head)}
     for bel, (used, available) in usage.items():
         if used > available:
             return bel, used, available
-    shared = [kind for kind in _SHARED_SITES.get(family, ()) if kind in usage]
-    if len(shared) > 1 and sum(usage[kind][0] for kind in shared) > usage[shared[0]][1]:
-        return " + ".join(shared), sum(usage[kind][0] for kind in shared), usage[shared[0]][1]
+    used, available = usage.get("LUT4", (0, 0))
+    if family == "gowin" and lone_ffs and used + lone_ffs > available:
+        return f"LUT4 sites (with {lone_ffs} for flip-flops no LUT of theirs feeds)", used + lone_ffs, available
     return None
 
 
@@ -292,6 +305,8 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
         kind, need, have = over[0]
         raise BuildError(f"config {config_name} does not fit {board.title}: {kind} {need} needed, {have} available"
                          + "".join(f"; {k} {n} > {h}" for k, n, h in over[1:]))
+    if board.family == "gowin":
+        report["lone_flip_flops"] = lone_flip_flops(json.loads((out / "top.json").read_text()))
     report["tools"]["nextpnr"] = _version(tool(NEXTPNR[board.family]))
 
     # Every seed places and routes the one netlist, in its own folder (linked there: YoWASP's tools see
@@ -349,7 +364,7 @@ def _place_and_route(board, platform, report, out, achieved_clock, started, prog
     progress(f"  placing and routing ({Path(pnr[0]).name}; single-threaded, this takes minutes)")
 
     def does_not_fit(log_path):
-        over = _overused(log_path, board.family)
+        over = _overused(log_path, board.family, lone_ffs=report.get("lone_flip_flops", 0))
         if over:
             return (f"config {report['config']} does not fit {board.title}: {over[0]} {over[1]} needed, "
                     f"{over[2]} available after packing (nextpnr)")

@@ -11,6 +11,7 @@ import pytest
 
 from tilewright.cli import main
 from tilewright.fpga.boards import BOARDS, BoardError, ecp5_pll, get_board, ice40_pll
+from tilewright.fpga.build import lone_flip_flops
 from tilewright.fpga.soc import BoardTop
 
 
@@ -104,23 +105,45 @@ def _fake_tool(path, body):
     return str(path)
 
 
-def _fake_yosys(tmp_path, monkeypatch):
-    """A Yosys that "synthesises" any design to ten LUT4s, so a build goes straight on to nextpnr."""
+def _netlist(cells):
+    """A Yosys JSON netlist of module ``top`` from ``{name: (type, {port: [bits]})}``."""
+    return {"modules": {"top": {"cells": {name: {"type": kind, "connections": ports}
+                                          for name, (kind, ports) in cells.items()}}}}
+
+
+def _fake_yosys(tmp_path, monkeypatch, *, lone_ffs=0):
+    """A Yosys that "synthesises" any design to ten LUT4s (and a chain of ``lone_ffs`` flip-flops after the
+    one a LUT feeds), so a build goes straight on to nextpnr."""
+    cells = {"lut": ("LUT4", {"F": [2]}), "ff": ("DFF", {"D": [2], "Q": [3]})}
+    cells.update({f"ff{k}": ("DFF", {"D": [3 + k], "Q": [4 + k]}) for k in range(lone_ffs)})
     monkeypatch.setenv("YOSYS", _fake_tool(tmp_path / "yosys", (
         "if '--version' in sys.argv: print('Yosys (fake)'); sys.exit()\n"
         "open('stat.json', 'w').write(json.dumps({'modules': {'\\\\top': {'num_cells_by_type': {'LUT4': 10}}}}))\n"
-        "open('top.json', 'w').write('{}')\n")))
+        f"open('top.json', 'w').write({json.dumps(json.dumps(_netlist(cells)))})\n")))
 
 
-@pytest.mark.parametrize("usage,message", [
-    (("9734/   8640   112%", "2556/   6480    39%"), "LUT4 9734 needed, 8640 available"),
-    # a Gowin ALU takes a LUT4's site: 99 % of the LUT4s and 35 % of the ALUs do not fit together
-    (("8597/   8640    99%", "2330/   6480    35%"), "LUT4 + ALU 10927 needed, 8640 available"),
-], ids=["lut4", "lut4+alu"])
-def test_build_stops_when_the_packed_design_does_not_fit(usage, message, tmp_path, monkeypatch, capsys):
+def test_lone_flip_flops_are_those_no_lut_or_alu_of_their_own_feeds():
+    """A Gowin flip-flop shares a slice only with the LUT or ALU driving its D input, and a LUT with one
+    flip-flop: the others each take a LUT site of their own."""
+    netlist = _netlist({
+        "lut": ("LUT3", {"F": [10]}), "alu": ("ALU", {"SUM": [11], "COUT": [12]}), "ram": ("RAM16SDP4", {"DO": [13]}),
+        "ff_lut": ("DFFE", {"D": [10], "Q": [20]}), "ff_lut_again": ("DFF", {"D": [10], "Q": [21]}),
+        "ff_alu": ("DFFR", {"D": [11], "Q": [22]}), "ff_carry": ("DFF", {"D": [12], "Q": [23]}),
+        "ff_ram": ("DFF", {"D": [13], "Q": [24]}), "ff_ff": ("DFF", {"D": [20], "Q": [25]}),
+    })
+    assert lone_flip_flops(netlist) == 4      # the second of the LUT's, the carry's, the RAM's, the copy
+
+
+@pytest.mark.parametrize("usage,lone_ffs,message", [
+    (("9734/   8640   112%", "2556/   6480    39%"), 0, "LUT4 9734 needed, 8640 available"),
+    # 99 % of the LUT4 sites (ALUs included) are taken before the flip-flops that need a site of their own
+    (("8597/   8640    99%", "2330/   6480    35%"), 2129,
+     "LUT4 sites (with 2129 for flip-flops no LUT of theirs feeds) 10726 needed, 8640 available"),
+], ids=["lut4", "lut4+lone-ffs"])
+def test_build_stops_when_the_packed_design_does_not_fit(usage, lone_ffs, message, tmp_path, monkeypatch, capsys):
     """nextpnr-himbaechel goes on placing a design its packer found too big (and never finishes): the
     build reads the packer's utilisation, stops the tool and says what does not fit, in one line."""
-    _fake_yosys(tmp_path, monkeypatch)
+    _fake_yosys(tmp_path, monkeypatch, lone_ffs=lone_ffs)
     monkeypatch.setenv("NEXTPNR_HIMBAECHEL", _fake_tool(tmp_path / "nextpnr", (
         "if '--version' in sys.argv: print('nextpnr (fake)'); sys.exit()\n"
         f"print('Info: Device utilisation:\\nInfo: \\t    LUT4:    {usage[0]}\\n'\n"
