@@ -129,6 +129,7 @@ def cmd_fuzz(args):
 
 
 def cmd_bench(args):
+    from tilewright.compiler.tune import TuningLogError
     from tilewright.runtime.bench import RESNET18, bench_resnet18
     from tilewright.runtime.device import DeviceError
     from tilewright.sim.rtl import RtlError
@@ -137,11 +138,13 @@ def cmd_bench(args):
     known = {name for name, *_ in RESNET18}
     if layers and not set(layers) <= known:
         raise CliError(f"unknown layer(s) {', '.join(sorted(set(layers) - known))}; choose from {', '.join(sorted(known))}")
+    if args.tuning_log and not Path(args.tuning_log).is_file():
+        raise CliError(f"tuning log {args.tuning_log}: no such file")
     print(f"ResNet-18 conv layers on {args.backend} ({cfg.name}, {cfg.tag})", flush=True)
     try:
         bench_resnet18(args.backend, cfg, layers=layers, json_path=args.json, plot_path=args.plot,
-                       trace_path=args.trace, progress=lambda line: print(line, flush=True))
-    except (DeviceError, RtlError, RuntimeError) as e:
+                       trace_path=args.trace, tuning_log=args.tuning_log, progress=lambda line: print(line, flush=True))
+    except (DeviceError, RtlError, RuntimeError, TuningLogError) as e:
         raise CliError(str(e)) from None
     for path in (args.json, args.plot, args.trace):
         if path:
@@ -203,7 +206,8 @@ def cmd_compile(args):
     try:
         model = compile_model(Path(args.model), cfg, calibration=calibration, method=args.method,
                               percentile=99.99 if args.percentile is None else args.percentile, batch=args.batch,
-                              per_channel=args.weights == "per-channel", on_host=args.host or (), log=lambda line: print(line, flush=True), progress=True)
+                              per_channel=args.weights == "per-channel", on_host=args.host or (), tuning_log=args.tuning_log,
+                              log=lambda line: print(line, flush=True), progress=True)
         layers = model.meta.get("layers", [])
         if layers:
             print("quantization error per layer (SQNR against the float model, first calibration sample):")
@@ -387,6 +391,7 @@ def _parser():
     sp.add_argument("--json", help="write the results as JSON")
     sp.add_argument("--plot", help="write a PNG plot")
     sp.add_argument("--trace", help="write a Chrome/Perfetto trace of every instruction (rtl)")
+    sp.add_argument("--tuning-log", metavar="FILE", help="run each layer's fastest schedule in this tuning log")
     sp.set_defaults(func=cmd_bench)
 
     sp = with_config(sub.add_parser("compile", help="quantize and compile an ONNX model into a .twm file"),
@@ -402,6 +407,8 @@ def _parser():
     sp.add_argument("--batch", type=_positive_int, help="batch size to compile a dynamic batch dimension for "
                                                         "(default 1)")
     sp.add_argument("--host", action="append", metavar="NODE", help="keep this layer on the host (repeatable)")
+    sp.add_argument("--tuning-log", metavar="FILE",
+                    help="take each layer's fastest schedule from this tuning log (tilewright tune)")
     sp.set_defaults(func=cmd_compile)
 
     sp = sub.add_parser("run", help="run a compiled model on fsim, the RTL or a board")
@@ -412,6 +419,9 @@ def _parser():
     sp.add_argument("--port", help="with --backend fpga: the board's serial port (or a simulated board's)")
     sp.add_argument("--profile", action="store_true", help="print where each node ran, its time and cycles")
     sp.set_defaults(func=cmd_run)
+
+    from .tune import add_parser as add_tune_parser
+    add_tune_parser(sub, with_config, _positive_int)
 
     from .fpga import add_parser as add_fpga_parser
     add_fpga_parser(sub)

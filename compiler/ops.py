@@ -26,8 +26,13 @@ from . import te
 from .expr import max_, min_
 from .intrin import gemm_intrinsic
 from .schedule import ScheduleError, create_schedule
+from .space import Knob, Space
 
-__all__ = ["Conv2dSpec", "DenseSpec", "conv2d", "dense", "ConvTiles", "DenseTiles"]
+__all__ = ["Conv2dSpec", "DenseSpec", "conv2d", "dense", "ConvTiles", "DenseTiles", "conv_space", "dense_space",
+           "conv_tiles", "dense_tiles", "conv_cycles"]
+
+#: Virtual threads a schedule may ask for.
+THREADS = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -82,20 +87,39 @@ class DenseSpec:
 
 @dataclass(frozen=True)
 class ConvTiles:
-    """Tile sizes in blocks/rows: output channels, rows, columns, input channels; virtual threads."""
+    """Tile sizes in blocks/rows: output channels, rows, columns, input channels; virtual threads and
+    the tile loop they split (``"out_channels"`` or ``"rows"``; None: channels when their tiles divide
+    evenly, else rows)."""
     out_channels: int
     rows: int
     cols: int
     in_channels: int
     threads: int = 1
+    thread_axis: str | None = None
 
 
 @dataclass(frozen=True)
 class DenseTiles:
+    """Tile sizes in blocks: batch, output and input features; virtual threads and the tile loop they
+    split (``"out_features"`` or ``"batch"``; None: outputs when their tiles divide evenly, else batch)."""
     batch: int
     out_features: int
     in_features: int
     threads: int = 1
+    thread_axis: str | None = None
+
+
+def _thread_axis(threads, axis, extents):
+    """The tile loop (a name of ``extents``, in preference order) that ``threads`` virtual threads split:
+    ``axis`` if given, else the first whose tile count they divide; a ScheduleError if they cannot."""
+    if axis is not None and axis not in extents:
+        raise ScheduleError(f"thread_axis={axis!r} must be one of {', '.join(extents)}")
+    candidates = [axis] if axis else list(extents)
+    for name in candidates:
+        if extents[name] % threads == 0:
+            return name
+    tiles = " or the ".join(f"{name} tiles ({extents[name]})" for name in candidates)
+    raise ScheduleError(f"{threads} virtual threads need the {tiles} to be a multiple of {threads}")
 
 
 def _epilogue(acc, spec, terms, out_width):
@@ -218,7 +242,15 @@ def _fits(c, *, inp, wgt, acc, uops):
     A kernel's micro-ops may take half the uop buffer (the other half holds
     the next kernel's while this one runs), and 1024 at most.
     """
-    return inp <= c.inp_depth and wgt <= c.wgt_depth and acc <= c.acc_depth and uops <= min(1024, c.uop_depth // 2)
+    return _fit_problem(c, inp, wgt, acc, uops) is None
+
+
+def _fit_problem(c, inp, wgt, acc, uops):
+    """Which buffer a tiling's needs (as :func:`_fits` takes them) overfill, or None."""
+    limits = {"inp": (inp, c.inp_depth), "wgt": (wgt, c.wgt_depth), "acc": (acc, c.acc_depth),
+              "uop": (uops, min(1024, c.uop_depth // 2))}
+    over = [f"{name} {need} > {have}" for name, (need, have) in limits.items() if need > have]
+    return f"buffers overfilled: {', '.join(over)}" if over else None
 
 
 def _best(candidates):
@@ -229,6 +261,7 @@ def _best(candidates):
 def conv_tiles(spec, cfg, threads=None):
     """Tiles that fit the buffers and take the fewest estimated cycles (:func:`conv_cycles`), two
     virtual threads when they fit."""
+    cfg = load_config(cfg)
     for T in ([threads] if threads else [2, 1]):
         best = _best(_conv_candidates(spec, cfg, T))
         if best:
@@ -243,11 +276,32 @@ def _conv_candidates(spec, c, T):
                                             _divisors(CB)):
         if T > 1 and (OB // to) % T and (spec.out_height // th) % T:
             continue
-        t = ConvTiles(to, th, tw, ti, T)
+        axis = None if T == 1 else "out_channels" if (OB // to) % T == 0 else "rows"
+        t = ConvTiles(to, th, tw, ti, T, axis)
         inp, wgt, acc, uops = _conv_needs(spec, c, t)
         if _fits(c, inp=inp, wgt=wgt, acc=acc, uops=uops):
             yield (conv_cycles(spec, c, t), -ti, -(to * th * tw)), t
 
+
+def conv_space(spec, config="default"):
+    """The search space of :func:`conv2d`'s schedule: tile sizes (divisors of the output channel blocks, rows,
+    columns and input channel blocks), virtual threads and the tile loop they split. Valid points fit the
+    buffers (:func:`_conv_needs`) and split their loop evenly; :func:`conv_tiles` is one of them."""
+    c = load_config(config)
+    CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
+    knobs = [Knob("out_channels", tuple(_divisors(OB))), Knob("rows", tuple(_divisors(spec.out_height))),
+             Knob("cols", tuple(_divisors(spec.out_width))), Knob("in_channels", tuple(_divisors(CB))),
+             Knob("threads", THREADS), Knob("thread_axis", (None, "out_channels", "rows"))]
+
+    def problem(p):
+        t = ConvTiles(**p)
+        if (t.threads == 1) != (t.thread_axis is None):
+            return "a thread axis goes with more than one virtual thread, and only then"
+        tile_counts = {"out_channels": OB // t.out_channels, "rows": spec.out_height // t.rows}
+        if tile_counts[t.thread_axis or "rows"] % t.threads:
+            return f"{t.threads} threads do not divide the {tile_counts[t.thread_axis]} {t.thread_axis} tiles"
+        return _fit_problem(c, *_conv_needs(spec, c, t))
+    return Space("conv2d/v1", knobs, problem, lambda p: ConvTiles(**p))
 
 def conv2d(spec, config="default", tiles=None):
     """``(schedule, inputs, output)`` of a packed conv2d with its default (or given) schedule."""
@@ -275,10 +329,8 @@ def conv2d(spec, config="default", tiles=None):
     x_o, x_i = s[out].split(x, t.cols)
     order = [n, o_o, y_o, x_o]
     if t.threads > 1:        # one tile per virtual thread, along channels or rows
-        if o_o.extent % t.threads and y_o.extent % t.threads:
-            raise ScheduleError(f"{t.threads} virtual threads need the output-channel tiles ({o_o.extent}) or "
-                                f"the row tiles ({y_o.extent}) to be a multiple of {t.threads}")
-        if (o_o.extent % t.threads) == 0:
+        axis = _thread_axis(t.threads, t.thread_axis, {"out_channels": o_o.extent, "rows": y_o.extent})
+        if axis == "out_channels":
             o_o, vt = s[out].split(o_o, nparts=o_o.extent // t.threads)
             order = [n, o_o, vt, y_o, x_o]
         else:
@@ -334,6 +386,7 @@ def dense_compute(spec, cfg):
 
 def dense_tiles(spec, cfg, threads=None):
     """Tiles that fit the buffers and move the fewest DRAM bytes, two virtual threads when they fit."""
+    cfg = load_config(cfg)
     for T in ([threads] if threads else [2, 1]):
         best = _best(_dense_candidates(spec, cfg, T))
         if best:
@@ -347,10 +400,37 @@ def _dense_candidates(spec, c, T):
     for tn, tm, tk in itertools.product(_divisors(NB), _divisors(MB), _divisors(KB)):
         if T > 1 and (MB // tm) % T and (NB // tn) % T:
             continue
-        acc = (tn * tm + tm * (spec.bias + spec.scale)) * T
-        if _fits(c, inp=tn * tk * T, wgt=tm * tk * T, acc=acc, uops=tk):
+        t = DenseTiles(tn, tm, tk, T, None if T == 1 else "out_features" if (MB // tm) % T == 0 else "batch")
+        if _fits(c, **_dense_needs(spec, c, t)):
             traffic = (NB // tn) * (MB // tm) * (tn * KB * c.elem_bytes("inp") + tm * KB * c.elem_bytes("wgt"))
-            yield (traffic, -tk), DenseTiles(tn, tm, tk, T)
+            yield (traffic, -tk), t
+
+
+def _dense_needs(spec, c, t):
+    """SRAM entries (inp, wgt, acc) and micro-ops per GEMM of tiles ``t``, as :func:`_fits` takes them."""
+    acc = (t.batch * t.out_features + t.out_features * (spec.bias + spec.scale)) * t.threads
+    return dict(inp=t.batch * t.in_features * t.threads, wgt=t.out_features * t.in_features * t.threads, acc=acc,
+                uops=t.in_features)
+
+
+def dense_space(spec, config="default"):
+    """The search space of :func:`dense`'s schedule: tile sizes (divisors of the batch, output and input
+    feature blocks), virtual threads and the tile loop they split; :func:`dense_tiles` is one of its points."""
+    c = load_config(config)
+    NB, KB, MB = spec.batch // c.batch, spec.in_features // c.block_in, spec.out_features // c.block_out
+    knobs = [Knob("batch", tuple(_divisors(NB))), Knob("out_features", tuple(_divisors(MB))),
+             Knob("in_features", tuple(_divisors(KB))), Knob("threads", THREADS),
+             Knob("thread_axis", (None, "out_features", "batch"))]
+
+    def problem(p):
+        t = DenseTiles(**p)
+        if (t.threads == 1) != (t.thread_axis is None):
+            return "a thread axis goes with more than one virtual thread, and only then"
+        tile_counts = {"out_features": MB // t.out_features, "batch": NB // t.batch}
+        if tile_counts[t.thread_axis or "batch"] % t.threads:
+            return f"{t.threads} threads do not divide the {tile_counts[t.thread_axis]} {t.thread_axis} tiles"
+        return _fit_problem(c, **_dense_needs(spec, c, t))
+    return Space("dense/v1", knobs, problem, lambda p: DenseTiles(**p))
 
 
 def dense(spec, config="default", tiles=None):
@@ -370,10 +450,7 @@ def dense(spec, config="default", tiles=None):
     m_o, m_i = s[out].split(m, t.out_features)
     order = [n_o, m_o]
     if t.threads > 1:
-        if m_o.extent % t.threads and n_o.extent % t.threads:
-            raise ScheduleError(f"{t.threads} virtual threads need the output tiles ({m_o.extent}) or "
-                                f"the batch tiles ({n_o.extent}) to be a multiple of {t.threads}")
-        if m_o.extent % t.threads == 0:
+        if _thread_axis(t.threads, t.thread_axis, {"out_features": m_o.extent, "batch": n_o.extent}) == "out_features":
             m_o, vt = s[out].split(m_o, nparts=m_o.extent // t.threads)
             order = [n_o, m_o, vt]
         else:

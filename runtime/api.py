@@ -67,15 +67,16 @@ def _channel_vectors(cfg, channels, what, **vectors):
 
 
 @functools.lru_cache(maxsize=64)
-def compile_conv2d(spec, config):
-    """The :class:`Program` of a packed conv2d (cached per spec and config)."""
-    s, _, _ = conv2d_schedule(spec, config)
+def compile_conv2d(spec, config, tiles=None):
+    """The :class:`Program` of a packed conv2d with ``tiles`` (default: the heuristic's), cached."""
+    s, _, _ = conv2d_schedule(spec, config, tiles)
     return build(s, config)
 
 
 @functools.lru_cache(maxsize=64)
-def compile_dense(spec, config):
-    s, _, _ = dense_schedule(spec, config)
+def compile_dense(spec, config, tiles=None):
+    """The :class:`Program` of a packed dense layer with ``tiles`` (default: the heuristic's), cached."""
+    s, _, _ = dense_schedule(spec, config, tiles)
     return build(s, config)
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from tilewright.compiler import build
-from tilewright.compiler.ops import Conv2dSpec, conv2d, conv_tiles
+from tilewright.compiler.ops import Conv2dSpec, conv2d, conv_space, conv_tiles
+from tilewright.compiler.tune.task import Task
 from tilewright.config import load_config
 
 from .device import DeviceError, get_device
@@ -68,8 +69,9 @@ def _run(device, program, tensors, trace_file=None):
 
 
 def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=None, plot_path=None,
-                   trace_path=None, progress=print):
-    """Run the benchmark; returns the JSON-ready result dict."""
+                   trace_path=None, tuning_log=None, progress=print):
+    """Run the benchmark; returns the JSON-ready result dict. With ``tuning_log`` (a path) each layer runs
+    the fastest schedule that log holds for it (the heuristic's where it has none)."""
     for path in (json_path, plot_path, trace_path):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +79,10 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
     if backend != "fsim" and not cfg.perf_counters:
         raise DeviceError(f"config {cfg.name} has no performance counters (perf_counters = false): the benchmark "
                           f"needs their DRAM byte counts")
+    tuned = {}
+    if tuning_log:
+        from tilewright.compiler.tune import TuningLog
+        tuned = TuningLog(tuning_log).best(cfg.fingerprint)
     device = get_device(backend, cfg)
     check = get_device("fsim", cfg) if backend != "fsim" else None
     macs_per_cycle = cfg.macs_per_cycle
@@ -94,7 +100,8 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
         b = rng.integers(-4096, 4096, cout, dtype=np.int32)
         tensors = {"data": pack_nchw(x, cfg.batch, cfg.block_in), "weight": pack_oihw(w, cfg.block_out, cfg.block_in),
                    "bias": pack_bias(b, cfg.batch, cfg.block_out)}
-        tiles = conv_tiles(spec, cfg)
+        record = tuned.get(Task("conv2d", spec, cfg).key) if tuned else None
+        tiles = conv_space(spec, cfg).make(record["knobs"]) if record else conv_tiles(spec, cfg)
         program = build(conv2d(spec, cfg, tiles)[0], cfg)
         single = build(conv2d(spec, cfg, dataclasses.replace(tiles, threads=1))[0], cfg)
         trace_file = Path(f"{trace_path}.{name}.txt") if trace_path and backend == "rtl" else None
@@ -117,7 +124,8 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
                   "cycles": cycles, "gemm_utilization": macs / (cycles * macs_per_cycle) if cycles else None,
                   "dram_bytes": dram, "roofline_cycles": bound, "ratio": cycles / bound if cycles else None,
                   "cycles_single_thread": stats_single.get("cycles"), "threads": tiles.threads,
-                  "tiles": dataclasses.asdict(tiles), "instructions": stats["instructions"]}
+                  "tiles": dataclasses.asdict(tiles), "schedule": "tuned" if record else "heuristic",
+                  "instructions": stats["instructions"]}
         if cycles:
             sim_cycles += cycles + stats_single["cycles"]
             sim_seconds += seconds + seconds_single

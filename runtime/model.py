@@ -22,6 +22,7 @@ file (a zip: a JSON header with the config, graph and placement; programs,
 packed weights and host constants as arrays).
 """
 
+import dataclasses
 import json
 import time
 import zipfile
@@ -35,6 +36,8 @@ from tilewright.compiler.graph.host import QUANTIZED_WIDTHS
 from tilewright.compiler.graph.passes import simplify, strip_fake_quant, unfold_narrow_convs
 from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_input, layer_report, quantize
 from tilewright.compiler.ops import Conv2dSpec, DenseSpec
+from tilewright.compiler.tune.log import TuningLog, TuningLogError
+from tilewright.compiler.tune.task import Task
 from tilewright.compiler.program import Program, ProgramError
 from tilewright.config import HwConfig, load_config
 from .progress import Progress
@@ -61,6 +64,7 @@ class Step:
     packed: dict = field(default_factory=dict)   # weight, bias, scale in the accelerator's layouts
     out_channels: int = 0
     macs: int = 0
+    spec: object = None                   # the operator's packed spec (accelerator steps, when compiled here)
 
     @property
     def name(self):
@@ -319,8 +323,9 @@ def _check_supported(graph):
                              f"not on the host)")
 
 
-def _accelerator_step(node, shapes, consts, cfg):
-    """A compiled accelerator step for QConv/QDense ``node``."""
+def _accelerator_step(node, shapes, consts, cfg, schedules=None):
+    """A compiled accelerator step for QConv/QDense ``node``, and where its schedule came from: the record
+    of a tuning log (``schedules``: task key -> record) or the heuristic."""
     x_shape, w = shapes[layer_input(node, "data")], consts[layer_input(node, "weight")]
     a, O = node.attrs, w.shape[0]
     scale = consts[layer_input(node, "scale")] if layer_input(node, "scale") else None
@@ -333,18 +338,36 @@ def _accelerator_step(node, shapes, consts, cfg):
                           residual_mul=a.get("residual_mul", 1) if residual else 1,
                           residual_shift=a.get("residual_shift", 0) if residual else 0, **epilogue)
         packed = {"weight": pack_oihw(w, cfg.block_out, cfg.block_in)}
-        program = compile_conv2d(spec, cfg)
+        op = "conv2d"
         macs = N * O * C * spec.out_height * spec.out_width * w.shape[2] * w.shape[3]
     else:
         N, K = x_shape
         spec = DenseSpec(round_up(N, cfg.batch), round_up(K, cfg.block_in), round_up(O, cfg.block_out), **epilogue)
         packed = {"weight": pack_rows(w, cfg.block_out, cfg.block_in)}
-        program = compile_dense(spec, cfg)
+        op = "dense"
         macs = N * K * O
+    task = Task(op, spec, cfg)
+    record = (schedules or {}).get(task.key)
+    tiles = task.space().make(record["knobs"]) if record else None
+    program = (compile_conv2d if op == "conv2d" else compile_dense)(spec, cfg, tiles)
     packed["bias"] = pack_bias(consts[layer_input(node, "bias")], cfg.batch, cfg.block_out)
     if scale is not None:
         packed["scale"] = pack_bias(scale, cfg.batch, cfg.block_out)
-    return Step(node, "accelerator", "", program, packed, O, macs)
+    source = {"layer": node.name, "task": task.key, "schedule": "tuned" if record else "heuristic",
+              "tiles": record["knobs"] if record else dataclasses.asdict(task.space().make(task.default_point()))}
+    if record:
+        source["cycles"] = record["cycles"]
+    return Step(node, "accelerator", "", program, packed, O, macs, spec), source
+
+
+def _tuned_schedules(path, cfg):
+    """Task key -> the fastest record of the tuning log at ``path`` for config ``cfg``."""
+    if not Path(path).is_file():
+        raise ModelError(f"tuning log {path}: no such file")
+    try:
+        return TuningLog(path).best(cfg.fingerprint)
+    except TuningLogError as e:
+        raise ModelError(str(e)) from None
 
 
 def _placement(graph, on_host):
@@ -369,7 +392,7 @@ def _placement(graph, on_host):
 
 
 def compile_model(model, config="default", *, calibration=None, method="max", percentile=99.99, batch=None,
-                  per_channel=True, unfold=True, on_host=(), log=None, progress=False):
+                  per_channel=True, unfold=True, on_host=(), tuning_log=None, log=None, progress=False):
     """Import, quantize, partition and compile ``model``; returns a :class:`CompiledModel`.
 
     ``calibration``: sample inputs for int8 calibration, an array ``N × …`` for
@@ -383,7 +406,9 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     padding the channels (see ``unfold_narrow_convs``). ``on_host`` names
     layers to keep on the host (run there with the accelerator's integer
     arithmetic). ``log`` receives progress lines (the partition table is
-    printed through it before compiling).
+    printed through it before compiling). ``tuning_log`` (a path): each layer takes the fastest schedule
+    that log measured for its shape on this config, the heuristic's where it has none; ``meta["schedules"]``
+    and ``log`` say which layers used which.
     """
     log = log or (lambda line: None)
     cfg = load_config(config)
@@ -427,15 +452,23 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     for line in preview.placement_table():
         log(line)
 
-    steps = []
+    schedules = _tuned_schedules(tuning_log, cfg) if tuning_log else None
+    steps, meta["schedules"] = [], []
     accel = sum(w == "accelerator" for _, w, _ in plan)
     with Progress(accel, "compiling", enabled=progress) as bar:
         for node, where, why in plan:
             if where == "accelerator":
-                steps.append(_accelerator_step(node, tensor_shapes, quantized.constants, cfg))
+                step, source = _accelerator_step(node, tensor_shapes, quantized.constants, cfg, schedules)
+                steps.append(step)
+                meta["schedules"].append(source)
                 bar.advance(node.name)
             else:
                 steps.append(Step(node, where, why))
+    if tuning_log:
+        tuned = [s["layer"] for s in meta["schedules"] if s["schedule"] == "tuned"]
+        others = [s["layer"] for s in meta["schedules"] if s["schedule"] != "tuned"]
+        log(f"schedules from {tuning_log}: {len(tuned)} tuned ({', '.join(tuned) or 'none'}); "
+            f"{len(others)} heuristic ({', '.join(others) or 'none'})")
     # the accelerator's weights travel packed; the host keeps only the constants its nodes read
     host_reads = {i for s in steps if s.where == "host" for i in s.node.inputs}
     constants = {k: v for k, v in quantized.constants.items() if k in host_reads}

@@ -1,0 +1,97 @@
+"""Tuning logs: one JSON object per measured point, a line each, appended as results arrive.
+
+A record holds the task (key, operator, spec, config name and
+fingerprint), the design hash the cycles were measured on, the space hash,
+the knobs, ``cycles`` or ``error``, the wall time, the tuner, a timestamp
+and the tool version. Appending line by line means a run that is killed
+loses nothing it measured; a damaged last line (a kill mid-write) is
+skipped on reading. The log is the measurement cache too: a point already
+in it for the same task, config and design is not measured again.
+"""
+
+import datetime
+import json
+from importlib import metadata
+from pathlib import Path
+
+__all__ = ["TuningLog", "LOG_SCHEMA", "TuningLogError"]
+
+LOG_SCHEMA = 1
+
+
+class TuningLogError(ValueError):
+    """A tuning log that cannot be read."""
+
+
+def _tool_version():
+    try:
+        return metadata.version("tilewright")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _knob_key(knobs):
+    return json.dumps(knobs, sort_keys=True)
+
+
+class TuningLog:
+    """The records of a JSON-lines file (or of memory only, with ``path=None``), and ``records`` given."""
+
+    def __init__(self, path=None, records=()):
+        self.path = Path(path) if path else None
+        self.records = []
+        self._index = {}
+        for record in records:
+            self._remember(record)
+        if self.path and self.path.exists():
+            try:
+                text = self.path.read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                raise TuningLogError(f"{self.path}: cannot read the tuning log ({e})") from None
+            lines = text.splitlines()
+            for number, line in enumerate(lines, 1):
+                try:
+                    record = json.loads(line)
+                    if not isinstance(record, dict) or record.get("schema") != LOG_SCHEMA:
+                        raise ValueError
+                    self._remember(record)
+                except ValueError:
+                    if number < len(lines) or text.endswith("\n"):      # (only a torn last line is forgiven)
+                        raise TuningLogError(f"{self.path}:{number}: not a schema-{LOG_SCHEMA} tuning record") \
+                            from None
+
+    def _remember(self, record):
+        self.records.append(record)
+        self._index[(record["task"], record["fingerprint"], record["design"], _knob_key(record["knobs"]))] = record
+
+    def lookup(self, task, design, knobs):
+        """The record of ``knobs`` of ``task`` measured on ``design``, or None."""
+        return self._index.get((task.key, task.config.fingerprint, design, _knob_key(knobs)))
+
+    def append(self, task, design, space_hash, result, tuner):
+        """Record one :func:`~tilewright.compiler.tune.measure.measure` result (and write its line)."""
+        record = {"schema": LOG_SCHEMA, "task": task.key, **task.to_json(), "fingerprint": task.config.fingerprint,
+                  "design": design, "space": space_hash, "knobs": result["knobs"], "cycles": result["cycles"],
+                  "error": result["error"], "seconds": result["seconds"], "tuner": tuner,
+                  "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "tool": f"tilewright {_tool_version()}"}
+        self._remember(record)
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        return record
+
+    def task_records(self, task, design=None):
+        """The records of ``task`` on its config (and ``design``, if given)."""
+        return [r for r in self.records if r["task"] == task.key and r["fingerprint"] == task.config.fingerprint
+                and (design is None or r["design"] == design)]
+
+    def best(self, fingerprint):
+        """``{task key: record}``: the fewest cycles measured per task on the config with ``fingerprint``."""
+        best = {}
+        for r in self.records:
+            if r["fingerprint"] == fingerprint and r["cycles"] is not None:
+                if r["task"] not in best or r["cycles"] < best[r["task"]]["cycles"]:
+                    best[r["task"]] = r
+        return best

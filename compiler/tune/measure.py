@@ -1,0 +1,63 @@
+"""Measuring points of a task: compile, run on the cycle-accurate RTL, count cycles.
+
+:func:`measure` runs in a runner's worker process (or in this one) and
+takes many points at a time: the Verilated model of the config starts once
+per process and stays (the runtime's device cache), so only the first
+point of a worker pays for it. Every point is compiled and run; its output
+is compared with the functional simulator's (bit-exactness is checked, not
+assumed). A point that the compiler refuses, that stops with an error or
+whose output differs is a result with an ``error``, never an exception: one
+bad candidate does not stop a tuning run.
+
+:func:`design_hash` names what the cycle counts depend on (the RTL's
+Verilog, the harness and its DRAM latency), for the tuning log's cache key.
+"""
+
+import hashlib
+import time
+
+import numpy as np
+
+__all__ = ["measure", "design_hash", "DRAM_LATENCY"]
+
+#: The harness's DRAM latency in cycles (the rtl backend's default) under which cycles are measured.
+DRAM_LATENCY = 16
+
+
+def design_hash(cfg):
+    """16 hex digits over the config's Verilog, the C++ harness and the DRAM latency."""
+    from tilewright.sim.fast import HARNESS
+    from tilewright.sim.rtl import verilog_source
+    text = verilog_source(cfg) + HARNESS.read_text() + f"latency={DRAM_LATENCY}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def measure(task, points, *, backend="rtl", verify=True, seed=0):
+    """``[{"knobs", "cycles", "error", "seconds"}]`` for each of ``points`` of ``task``, in order.
+
+    ``cycles`` is the run's exact cycle count on ``backend`` (None with an
+    ``error``); ``seconds`` the wall time of compiling and running it.
+    """
+    from tilewright.runtime.device import get_device
+    inputs = task.inputs(seed)
+    device = get_device(backend, task.config)
+    reference = get_device("fsim", task.config) if verify and backend != "fsim" else None
+    results = []
+    for point in points:
+        started = time.perf_counter()
+        cycles, error = None, None
+        try:
+            program = task.program(point)
+            outputs, stats = device.run_program(program, inputs)
+            cycles = stats.get("cycles")
+            if cycles is None:
+                error = f"the {backend} backend counts no cycles"
+            elif reference is not None:
+                expected, _ = reference.run_program(program, inputs)
+                if not all(np.array_equal(outputs[k], expected[k]) for k in expected):
+                    cycles, error = None, f"the {backend} output differs from fsim"
+        except Exception as e:          # (a refused or failing candidate is a result, not the end of the run)
+            error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        results.append({"knobs": point, "cycles": cycles, "error": error,
+                        "seconds": round(time.perf_counter() - started, 4)})
+    return results
