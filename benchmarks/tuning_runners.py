@@ -1,7 +1,10 @@
-"""The same tuning run on one local process and on a two-worker Dask LocalCluster: same best schedule,
-trial rate of each (``benchmarks/results/tuning_runners.json``).
+"""One local process against a two-worker Dask LocalCluster, on the same layer
+(``benchmarks/results/tuning_runners.json``):
 
-    python benchmarks/tuning_runners.py [--layer C9] [--config small] [--trials 32]
+* trial rate: the random tuner with one seed, so both measure the same points in the same batches;
+* best schedule: the XGBoost tuner, ``--trials`` points on each.
+
+    python benchmarks/tuning_runners.py [--layer C11] [--config default] [--trials 32]
 """
 
 import argparse
@@ -12,31 +15,35 @@ from pathlib import Path
 from tilewright.compiler.tune import DaskRunner, LocalRunner, TuningLog, design_hash, parse_layer, tune
 
 RESULTS = Path(__file__).parent / "results"
+BATCH = 8
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layer", default="conv2d:1,32,14,14,32,3,1,1")
-    ap.add_argument("--config", default="small")
+    ap.add_argument("--layer", default="C11")
+    ap.add_argument("--config", default="default")
     ap.add_argument("--trials", type=int, default=32)
     args = ap.parse_args(argv)
     task = parse_layer(args.layer, args.config)
     design = design_hash(task.config)
     runs = {}
-    for name, make in (("local, 1 process", lambda: LocalRunner(1)), ("Dask LocalCluster, 2 workers",
-                                                                       lambda: DaskRunner(workers=2))):
+    for name, make in (("local, 1 process", lambda: LocalRunner(1)),
+                       ("Dask LocalCluster, 2 workers", lambda: DaskRunner(workers=2))):
         with make() as runner:
-            tune(task, trials=2, runner=runner, log=TuningLog(), design=design)    # (workers start their models)
-            # the same batches for both: 8 points whatever the parallelism
-            result = tune(task, trials=args.trials, runner=runner, log=TuningLog(), design=design, batch=8)
-        runs[name] = {"best_cycles": result.best["cycles"], "best_knobs": result.best["knobs"],
-                      "seconds": result.seconds, "trials_per_second": result.measured / result.seconds}
-        print(f"{name:30} best {result.best['cycles']} {result.best['knobs']}  "
-              f"{runs[name]['trials_per_second']:.2f} trials/s", flush=True)
+            tune(task, trials=runner.parallelism, runner=runner, log=TuningLog(), design=design)  # (warm the workers)
+            timed = tune(task, trials=args.trials, tuner="random", runner=runner, log=TuningLog(), design=design,
+                         batch=BATCH, include_default=False)
+            tuned = tune(task, trials=args.trials, runner=runner, log=TuningLog(), design=design, batch=BATCH)
+        runs[name] = {"random_trials_per_second": timed.measured / timed.seconds,
+                      "xgb_best_cycles": tuned.best["cycles"], "xgb_best_knobs": tuned.best["knobs"],
+                      "xgb_trials_per_second": tuned.measured / tuned.seconds}
+        print(f"{name:30} {runs[name]['random_trials_per_second']:.3f} trials/s (random, same points); xgb best "
+              f"{tuned.best['cycles']} {tuned.best['knobs']} ({runs[name]['xgb_trials_per_second']:.3f} trials/s)",
+              flush=True)
     one, two = runs.values()
-    summary = {"task": task.name, "config": task.config.name, "trials": args.trials, "runs": runs,
-               "same_best": one["best_knobs"] == two["best_knobs"],
-               "rate_ratio": two["trials_per_second"] / one["trials_per_second"]}
+    summary = {"task": task.name, "config": task.config.name, "trials": args.trials, "batch": BATCH, "runs": runs,
+               "same_best": one["xgb_best_knobs"] == two["xgb_best_knobs"],
+               "rate_ratio": two["random_trials_per_second"] / one["random_trials_per_second"]}
     print(f"same best schedule: {summary['same_best']}; trial rate x{summary['rate_ratio']:.2f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "tuning_runners.json").write_text(json.dumps(summary, indent=1))

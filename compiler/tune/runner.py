@@ -1,8 +1,8 @@
 """Where measurements run, behind one futures interface.
 
 A runner has ``parallelism`` (how many measurements run at once),
-``submit(fn, *args, **kwargs)`` returning a future (``.result()``) and
-``as_completed(futures)``. :class:`LocalRunner` is a pool of worker
+``submit(fn, *args, **kwargs)`` returning a future (``.result()``),
+``as_completed(futures)`` and ``wait_any(futures)``. :class:`LocalRunner` is a pool of worker
 processes on this machine (``concurrent.futures``); :class:`DaskRunner`
 sends the same calls to a Dask ``distributed`` cluster: a scheduler's
 address for a real cluster of machines, or a ``LocalCluster`` it starts
@@ -42,6 +42,11 @@ class LocalRunner:
     @staticmethod
     def as_completed(futures):
         return concurrent.futures.as_completed(futures)
+
+    @staticmethod
+    def wait_any(futures):
+        """The done ones of ``futures``, after waiting for at least one."""
+        return concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED).done
 
     def describe(self):
         return f"{self.parallelism} local process{'es' if self.parallelism > 1 else ''}"
@@ -94,6 +99,12 @@ class DaskRunner:
     def as_completed(futures):
         from distributed import as_completed
         return as_completed(futures)
+
+    @staticmethod
+    def wait_any(futures):
+        """The done ones of ``futures``, after waiting for at least one."""
+        from distributed import wait
+        return wait(futures, return_when="FIRST_COMPLETED").done
 
     def describe(self):
         where = f"scheduler {self._scheduler}" if self._scheduler else "a local Dask cluster"

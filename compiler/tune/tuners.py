@@ -32,6 +32,7 @@ __all__ = ["RandomTuner", "GATuner", "XGBTuner", "TUNERS", "tune", "TuneResult"]
 
 
 class _Tuner:
+    """``propose(n)``: up to ``n`` valid points not measured or being measured; ``update``: their cycles."""
     name = None
 
     def __init__(self, task, *, seed=0):
@@ -39,12 +40,22 @@ class _Tuner:
         self.valid = self.space.valid()
         self.rng = np.random.default_rng(seed)
         self.measured = {}                 # index -> cycles (None: failed)
+        self.in_flight = set()             # proposed, not yet updated
+
+    def propose(self, n):
+        batch = self.next_batch(n)
+        self.in_flight.update(batch)
+        return batch
 
     def update(self, indices, cycles):
         self.measured.update(zip(indices, cycles))
+        self.in_flight.difference_update(indices)
+
+    def _taken(self, i):
+        return i in self.measured or i in self.in_flight
 
     def _unmeasured(self):
-        return [i for i in self.valid if i not in self.measured]
+        return [i for i in self.valid if not self._taken(i)]
 
     def _random(self, n, exclude=()):
         left = [i for i in self._unmeasured() if i not in exclude]
@@ -89,7 +100,7 @@ class GATuner(_Tuner):
                 break
             a, b = (scored[k][1] for k in self.rng.choice(len(scored), size=2, p=weights))
             child = self._child(a, b)
-            if child is not None and child not in self.measured:
+            if child is not None and not self._taken(child):
                 generation.add(child)
         generation = list(generation)
         return generation + self._random(self.population - len(generation), exclude=set(generation))
@@ -102,7 +113,7 @@ class GATuner(_Tuner):
                 if not self.pending:
                     break
             i = self.pending.pop(0)
-            if i not in self.measured and i not in batch:
+            if not self._taken(i) and i not in batch:
                 batch.append(i)
         return batch
 
@@ -129,6 +140,7 @@ class XGBTuner(_Tuner):
         self.history_weight = history_weight
         self._history_rows = None
         self._predicted = None
+        self._stale = True          # new results since the last fit (refitted when points are next proposed)
         self._fit()
 
     def _feature(self, i):
@@ -142,6 +154,7 @@ class XGBTuner(_Tuner):
         return self._history_rows
 
     def _fit(self):
+        self._stale = False
         # (in index order: the model must not depend on the order results came back in)
         own = [(self._feature(i), self.measured[i], self.task.key) for i in sorted(self.measured)]
         rows = self._history() + own
@@ -153,7 +166,7 @@ class XGBTuner(_Tuner):
 
     def update(self, indices, cycles):
         super().update(indices, cycles)
-        self._fit()
+        self._stale = self._stale or bool(indices)
 
     def _scores(self, indices):
         """Predicted scores of ``indices``: the whole space is scored at once after each fit when it is
@@ -188,9 +201,11 @@ class XGBTuner(_Tuner):
                                                                                / temperature))
             chains = [m if a else c for m, c, a in zip(moves, chains, accept)]
             scores = np.where(accept, new, scores)
-        return sorted((i for i in found if i not in self.measured), key=lambda i: -found[i])[:n]
+        return sorted((i for i in found if not self._taken(i)), key=lambda i: -found[i])[:n]
 
     def next_batch(self, n):
+        if self._stale:
+            self._fit()
         explore = int(round(self.epsilon * n))
         if self.model.trained:
             batch = self._anneal(n - explore)
@@ -238,8 +253,9 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
 
     ``log`` (a :class:`TuningLog`) records every result as it arrives; the points it already holds for
     this task and design count as measured, so a run resumes where an earlier one stopped. ``runner``
-    (default: this process) runs ``measure_fn`` (:func:`~.measure.measure`) on each point; ``batch``
-    points are proposed at a time (default: twice the runner's parallelism). With ``include_default`` the
+    (default: this process) runs ``measure_fn`` (:func:`~.measure.measure`) on each point, up to ``batch``
+    at a time (default: twice the runner's parallelism); whenever no more than half of them are left
+    running, the tuner proposes more from all results so far. With ``include_default`` the
     heuristic's point is measured first, so the best found is never slower than it. The run stops early
     once a point takes at most ``target`` cycles. ``progress(done, trials, best_cycles, measured_per_second)``
     is called after every point.
@@ -276,35 +292,66 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
         account(record, "cached")
     tuner.update(list(known), [r["cycles"] for r in known.values()])
 
-    while counts["done"] < trials and not (target and best and best["cycles"] <= target):
-        indices = tuner.next_batch(min(batch, trials - counts["done"]))
-        if include_default and default_index not in tuner.measured and default_index not in indices:
-            indices = [default_index] + indices[:max(0, min(batch, trials - counts["done"]) - 1)]
-        if not indices:
-            break                   # (the whole valid space is measured)
-        cycles, todo = {}, []
-        for i in indices:
-            record = log.lookup(task, design, space.point(i))
-            if record is None:
-                todo.append(i)
-            else:
-                cycles[i] = record["cycles"]
-                account(record, "cached")
-        if runner is None:
-            results = ((i, measure_fn(task, [space.point(i)])[0]) for i in todo)
-        else:
-            futures = {runner.submit(measure_fn, task, [space.point(i)]): i for i in todo}
-            results = ((futures[f], _result(f, space.point(futures[f]))) for f in runner.as_completed(list(futures)))
-        for i, result in results:
-            cycles[i] = result["cycles"]
+    # The queue stays full: whenever no more than half a batch is being measured, the tuner proposes
+    # more (from everything measured so far), so no worker waits on a slow point.
+    pending = {}                                    # future -> index
+
+    def finished():
+        return counts["done"] + len(pending) >= trials or (target and best and best["cycles"] <= target)
+
+    first = include_default and default_index not in tuner.measured
+    while True:
+        if len(pending) <= batch // 2 and not finished():
+            room = min(batch - len(pending), trials - counts["done"] - len(pending))
+            indices = tuner.propose(room - first)
+            if first:
+                indices = [default_index] + [i for i in indices if i != default_index]
+                tuner.in_flight.add(default_index)
+                first = False
+            for i in indices:
+                record = log.lookup(task, design, space.point(i))
+                if record is not None:
+                    account(record, "cached")
+                    tuner.update([i], [record["cycles"]])
+                elif runner is None:
+                    pending[_Done(measure_fn(task, [space.point(i)]))] = i
+                else:
+                    pending[runner.submit(measure_fn, task, [space.point(i)])] = i
+            if not indices and not pending:
+                break               # (the whole valid space is measured)
+            if not pending:
+                continue
+        if not pending:
+            break
+        done = _wait_any(runner, list(pending))
+        for future in done:
+            i = pending.pop(future)
+            result = _result(future, space.point(i))
+            tuner.update([i], [result["cycles"]])
             if result.get("lost"):         # (a dead worker says nothing about the point: not logged, not cached)
                 account(result, "measured")
             else:
                 account(log.append(task, design, space.hash, result, tuner.name), "measured")
-        tuner.update(list(cycles), list(cycles.values()))
     default = log.lookup(task, design, space.point(default_index))
     return TuneResult(task, best, default, counts["measured"], counts["cached"], counts["failed"],
                       time.perf_counter() - started)
+
+
+class _Done:
+    """A future that is already done (measurements made in this process)."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
+
+
+def _wait_any(runner, futures):
+    """The futures of ``futures`` that are done, waiting for at least one."""
+    if runner is None:
+        return futures
+    return runner.wait_any(futures)
 
 
 def _result(future, point):
