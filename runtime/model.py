@@ -31,8 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tilewright.compiler.graph import HOST_OPS, Graph, ModelError, Node, TensorInfo, load_onnx, run_graph, run_node
+from tilewright.compiler.graph import Graph, host_runs, ModelError, Node, TensorInfo, load_onnx, run_graph, run_node
 from tilewright.compiler.graph.host import QUANTIZED_WIDTHS
+from tilewright.compiler.graph.reference import is_reference
 from tilewright.compiler.graph.passes import simplify, strip_fake_quant, unfold_narrow_convs
 from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_input, layer_report, quantize
 from tilewright.compiler.ops import Conv2dSpec, DenseSpec
@@ -318,7 +319,7 @@ def _calibration_feeds(graph, samples, shapes, dynamic, log):
 
 def _check_supported(graph):
     for node in graph.nodes:
-        if node.op not in HOST_OPS:
+        if not host_runs(node):
             raise ModelError(f"node {node}: operator {node.op} is not supported (not on the accelerator, "
                              f"not on the host)")
 
@@ -386,6 +387,8 @@ def _placement(graph, on_host):
             kh, kw = node.attr("kernel")
             plan.append((node, "host", f"gathers {kh}x{kw} windows into {node.attr('channels')} channels for "
                                        f"{node.attr('layer')}"))
+        elif is_reference(node):
+            plan.append((node, "host", "onnx.reference: no native host kernel, slower"))
         else:
             plan.append((node, "host", host_reason(node) if node.op in ("TwConv", "TwDense") else ""))
     return plan

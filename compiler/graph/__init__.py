@@ -4,9 +4,9 @@
 host (numpy) with ONNX semantics.
 """
 
-from .host import HOST_OPS, run_graph, run_node
+from .host import HOST_OPS, host_runs, run_graph, run_node
 from .ir import Graph, ModelError, Node, TensorInfo
 from .onnx_import import from_onnx, load_onnx
 
 __all__ = ["Graph", "Node", "TensorInfo", "ModelError", "load_onnx", "from_onnx", "run_graph", "run_node",
-           "HOST_OPS"]
+           "HOST_OPS", "host_runs"]

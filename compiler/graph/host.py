@@ -13,9 +13,10 @@ import numpy as np
 
 from tilewright.semantics import requantize, wrap
 
+from . import reference
 from .ir import ModelError
 
-__all__ = ["HOST_OPS", "run_node", "run_graph", "conv_nchw", "pool_nchw", "quantize_linear", "QUANTIZED_WIDTHS"]
+__all__ = ["HOST_OPS", "host_runs", "run_node", "run_graph", "conv_nchw", "pool_nchw", "quantize_linear", "QUANTIZED_WIDTHS"]
 
 
 # -- shared kernels ---------------------------------------------------------------------
@@ -407,6 +408,15 @@ def _cast(node, x):
 
 
 #: Operators whose meaning depends on the opset (run_node passes it).
+def _zip_map(node, x):
+    """ai.onnx.ml ZipMap: one {class label: score} dict per row of ``x``."""
+    labels = node.attr("classlabels_int64s") or node.attr("classlabels_strings")
+    if labels is None or len(labels) != x.shape[-1]:
+        raise ModelError(f"node {node}: ZipMap has {0 if labels is None else len(labels)} class labels for "
+                         f"{x.shape[-1]} scores")
+    return [[dict(zip(labels, (float(v) for v in row))) for row in np.asarray(x, dtype=np.float32)]]
+
+
 _OPSET_DEPENDENT = {"Unsqueeze", "Squeeze", "Pad", "ReduceMean"}
 
 
@@ -446,6 +456,7 @@ HOST_OPS = {
     "ReduceMean": _reduce_mean,
     "Cast": _cast,
     "Dropout": lambda node, x, *_: [x] + [np.ones(x.shape, dtype=bool)] * (len(node.outputs) - 1),
+    "ZipMap": _zip_map,            # (ai.onnx.ml; onnx.reference has none)
     # Tilewright's fused operators (graph.passes.fuse), in float
     "TwConv": _tw_fused,
     "TwDense": _tw_fused,
@@ -458,6 +469,8 @@ HOST_OPS = {
 
 def run_node(node, values, opset=17):
     """Outputs of ``node`` given its input arrays ``values`` (None for omitted optional inputs)."""
+    if reference.is_reference(node):
+        return reference.run(node, values)
     if node.op not in HOST_OPS:
         raise ModelError(f"node {node}: operator {node.op} is not supported (not on the accelerator, "
                          f"not on the host)")
@@ -473,6 +486,11 @@ def run_node(node, values, opset=17):
         raise
     except (ValueError, TypeError, IndexError) as e:
         raise ModelError(f"node {node}: {e}") from None
+
+
+def host_runs(node):
+    """Whether the host can run ``node`` (a kernel of its own, or onnx.reference)."""
+    return node.op in HOST_OPS or reference.is_reference(node)
 
 
 def run_graph(graph, feeds, *, keep=False):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import reference
 from .ir import Graph, ModelError, Node, TensorInfo
 
 __all__ = ["load_onnx", "from_onnx"]
@@ -50,7 +51,9 @@ def from_onnx(model, where="model"):
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else "invalid model"
         raise ModelError(f"{where}: ONNX checker: {first}") from None
+    from .host import HOST_OPS
     g = model.graph
+    opsets = {o.domain: o.version for o in model.opset_import}
     constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     nodes, taken = [], set()
     for k, n in enumerate(g.node):
@@ -64,8 +67,13 @@ def from_onnx(model, where="model"):
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
             constants[n.output[0]] = _constant_value(attrs, name)
             continue
-        if n.domain not in ("", "ai.onnx"):
+        if n.domain not in reference.STANDARD_DOMAINS:
             raise ModelError(f"node {name} ({n.op_type}): operator domain {n.domain!r} is not supported")
+        if not reference.is_standard(n.op_type, n.domain):
+            raise ModelError(f"node {name}: {n.op_type} is not an operator of ONNX domain "
+                             f"{n.domain or 'ai.onnx'!r}")
+        if n.op_type not in HOST_OPS:        # (no kernel of our own: ONNX's reference evaluator runs it)
+            attrs = reference.reference_node(n, opsets)
         nodes.append(Node(n.op_type, list(n.input), list(n.output), attrs, name))
     inputs = [_info(v, helper) for v in g.input if v.name not in constants]
     outputs = [_info(v, helper) for v in g.output]
