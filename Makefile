@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(VENV)/bin/tilewright bench resnet18 --backend rtl --config default --json benchmarks/results/resnet18_rtl.json \
 		--plot benchmarks/results/resnet18_rtl.png --trace benchmarks/results/resnet18_rtl_trace.json
 	$(PY) benchmarks/model_resnet18.py --rtl --json benchmarks/results/resnet18_model.json
+	$(PY) benchmarks/onnx_node_tests.py
 	$(PY) benchmarks/tuning.py
 	$(PY) benchmarks/tuning_runners.py
 	$(PY) benchmarks/tuning_resnet18.py

@@ -448,7 +448,9 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
                           for layer, db in layer_report(graph, quantized, layers, sample, quant_env=env)]
     else:
         quantized = graph
-        _, env = run_graph(quantized, sample, keep=True)
+        # (shapes are needed only for accelerator layers; a model without any need not run on zeros, which
+        # its integer inputs may not take: sizes, indices)
+        env = run_graph(quantized, sample, keep=True)[1] if any(n.op in ACCELERATOR_OPS for n in graph.nodes) else {}
     tensor_shapes = {k: np.shape(v) for k, v in env.items()}
     plan = _placement(quantized, on_host)
     preview = CompiledModel(quantized, cfg, [Step(n, w, why) for n, w, why in plan], batch=1, dynamic_batch=False)
@@ -473,9 +475,10 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
         log(f"schedules from {tuning_log}: {len(tuned)} tuned ({', '.join(tuned) or 'none'}); "
             f"{len(others)} heuristic ({', '.join(others) or 'none'})")
     # the accelerator's weights travel packed; the host keeps only the constants its nodes read
-    host_reads = {i for s in steps if s.where == "host" for i in s.node.inputs}
+    host_reads = {i for s in steps if s.where == "host" for i in s.node.inputs} | {o.name for o in quantized.outputs}
     constants = {k: v for k, v in quantized.constants.items() if k in host_reads}
-    final_batch = shapes[quantized.inputs[0].name][0] if quantized.inputs else 1
+    first = shapes[quantized.inputs[0].name] if quantized.inputs else ()
+    final_batch = first[0] if first else 1
     meta["compile_seconds"] = round(time.perf_counter() - started, 3)
     return CompiledModel(quantized.replace(constants=constants), cfg, steps, batch=final_batch,
                          dynamic_batch=dynamic, meta=meta)

@@ -72,9 +72,11 @@ def from_onnx(model, where="model"):
         if not reference.is_standard(n.op_type, n.domain):
             raise ModelError(f"node {name}: {n.op_type} is not an operator of ONNX domain "
                              f"{n.domain or 'ai.onnx'!r}")
+        inputs = list(n.input)
         if n.op_type not in HOST_OPS:        # (no kernel of our own: ONNX's reference evaluator runs it)
-            attrs = reference.reference_node(n, opsets)
-        nodes.append(Node(n.op_type, list(n.input), list(n.output), attrs, name))
+            attrs, outer = reference.reference_node(n, opsets)
+            inputs += outer
+        nodes.append(Node(n.op_type, inputs, list(n.output), attrs, name))
     inputs = [_info(v, helper) for v in g.input if v.name not in constants]
     outputs = [_info(v, helper) for v in g.output]
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)

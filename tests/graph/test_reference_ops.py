@@ -118,3 +118,38 @@ def test_the_cli_compiles_and_runs_a_skl2onnx_model(digits_mlp, tmp_path, capsys
     assert main(["run", str(tmp_path / "mlp.twm"), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npz")]) == 0
     with np.load(tmp_path / "y.npz") as out:
         assert (out["label"] == clf.predict(x[1400:1450])).mean() >= 0.9
+
+
+def _model(nodes, inputs, outputs, opset=17):
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                              [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_reference_nodes_follow_the_passes_rewiring_and_their_subgraphs_read_outer_tensors():
+    """Identity removal renames a reference node's input; an If whose branches read a tensor of the
+    enclosing graph gets it: both compute what the reference evaluator does on the whole model."""
+    then = helper.make_graph([helper.make_node("Erf", ["e"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 3])])
+    other = helper.make_graph([helper.make_node("Neg", ["e"], ["o"])], "else", [],
+                              [helper.make_tensor_value_info("o", TensorProto.FLOAT, [2, 3])])
+    nodes = [helper.make_node("Identity", ["x"], ["e"]),
+             helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+             helper.make_node("Greater", ["m", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    model = _model(nodes, [("x", TensorProto.FLOAT, [2, 3]), ("zero", TensorProto.FLOAT, [])],
+                   [("y", TensorProto.FLOAT, [2, 3])])
+    for x in (RNG.standard_normal((2, 3)).astype(np.float32), -np.abs(RNG.standard_normal((2, 3))).astype(np.float32)):
+        feeds = {"x": x, "zero": np.array(0, np.float32)}
+        graph = simplify(load_onnx(model.SerializeToString()))
+        assert "Identity" not in [n.op for n in graph.nodes]
+        np.testing.assert_array_equal(run_graph(graph, feeds)["y"], ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+def test_models_with_scalar_inputs_or_a_constant_output_compile_and_run():
+    model = _model([helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Constant", [], ["k"],
+                    value=numpy_helper.from_array(np.arange(3, dtype=np.int64)))],
+                   [("a", TensorProto.FLOAT, []), ("b", TensorProto.FLOAT, [])],
+                   [("s", TensorProto.FLOAT, []), ("k", TensorProto.INT64, [3])])
+    out = compile_model(model.SerializeToString(), "tiny").run({"a": np.float32(2), "b": np.float32(0.5)})
+    assert out["s"] == np.float32(2.5) and list(out["k"]) == [0, 1, 2]
