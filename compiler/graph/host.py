@@ -14,6 +14,7 @@ import numpy as np
 from tilewright.semantics import requantize, wrap
 
 from . import reference
+from .contrib import CONTRIB_OPS
 from .ir import ModelError
 
 __all__ = ["HOST_OPS", "host_runs", "run_node", "run_graph", "conv_nchw", "pool_nchw", "quantize_linear", "QUANTIZED_WIDTHS"]
@@ -465,6 +466,9 @@ HOST_OPS = {
     "QDense": _qdense,
     "Im2Col": _im2col,
 }
+
+
+HOST_OPS.update(CONTRIB_OPS)     # onnxruntime's quantized operators (com.microsoft)
 
 
 def run_node(node, values, opset=17):

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from . import reference
+from .contrib import CONTRIB_DOMAIN, CONTRIB_OPS
 from .ir import Graph, ModelError, Node, TensorInfo
 
 __all__ = ["load_onnx", "from_onnx"]
@@ -66,6 +67,12 @@ def from_onnx(model, where="model"):
         taken.add(name)
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
             constants[n.output[0]] = _constant_value(attrs, name)
+            continue
+        if n.domain == CONTRIB_DOMAIN:
+            if n.op_type not in CONTRIB_OPS:
+                raise ModelError(f"node {name}: {n.domain} operator {n.op_type} is not supported (of that domain, "
+                                 f"Tilewright runs {', '.join(CONTRIB_OPS)})")
+            nodes.append(Node(n.op_type, list(n.input), list(n.output), attrs, name))
             continue
         if n.domain not in reference.STANDARD_DOMAINS:
             raise ModelError(f"node {name} ({n.op_type}): operator domain {n.domain!r} is not supported")
