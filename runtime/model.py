@@ -95,6 +95,11 @@ class CompiledModel:
 
     # -- running --------------------------------------------------------------------------------
 
+    @property
+    def _quantized(self):
+        """Whether any layer runs on the int8 accelerator."""
+        return any(s.where == "accelerator" for s in self.steps)
+
     def _inputs(self, inputs):
         if not isinstance(inputs, dict):
             if len(self.graph.inputs) != 1:
@@ -106,12 +111,18 @@ class CompiledModel:
                 raise ModelError(f"missing input {info.name!r}")
             shape = (None,) + tuple(info.shape[1:]) if self.dynamic_batch else info.shape
             array = TensorInfo(info.name, shape, info.dtype).check(inputs[info.name])
+            if array.dtype.kind == "f" and self._quantized and not np.isfinite(array).all():
+                raise ModelError(f"input {info.name!r} holds NaN or infinity: the int8 accelerator layers cannot "
+                                 f"represent them")
             if self.dynamic_batch:
                 if count is not None and array.shape[0] != count:
                     raise ModelError(f"input {info.name!r} has {array.shape[0]} samples, another has {count}")
                 count = array.shape[0]
             feeds[info.name] = array
         unknown = set(inputs) - set(feeds)
+        if unknown & set(self.graph.constants):
+            raise ModelError(f"{', '.join(sorted(unknown & set(self.graph.constants)))}: an initializer of the model "
+                             f"(ONNX lets an input override it; Tilewright compiles it in as a constant)")
         if unknown:
             raise ModelError(f"the model has no input(s) {', '.join(sorted(unknown))}")
         return feeds, (count if self.dynamic_batch else self.batch)
@@ -140,6 +151,11 @@ class CompiledModel:
                 bar.advance(f"samples {start + 1}-{min(start + self.batch, count)}")
         outputs = {name: np.concatenate([r[name] for r in results])[:count] if self.dynamic_batch else results[0][name]
                    for name in results[0]}
+        for info in self.graph.outputs:     # (float16/float64 models compute in float32; outputs keep their type)
+            value = outputs[info.name]
+            if info.dtype is not None and info.dtype.kind == "f" and isinstance(value, np.ndarray) \
+                    and value.dtype.kind == "f" and value.dtype != info.dtype:
+                outputs[info.name] = value.astype(info.dtype)
         return (outputs, list(rows.values())) if profile else outputs
 
     def _run_chunk(self, feeds, device, rows):
@@ -307,6 +323,12 @@ def _calibration_feeds(graph, samples, shapes, dynamic, log):
         if a.dtype != info.dtype or a.shape[1:] != shapes[info.name][1:]:
             raise ModelError(f"calibration samples for {info.name!r} are {a.dtype} {list(a.shape)}; want "
                              f"{np.dtype(info.dtype)} [N, {', '.join(map(str, shapes[info.name][1:]))}]")
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise ModelError(f"calibration samples for {info.name!r} hold NaN or infinity "
+                             f"({int(np.count_nonzero(~np.isfinite(a)))} values); int8 ranges need finite data")
+        if a.dtype.kind == "f" and a.size and not a.any():
+            raise ModelError(f"calibration samples for {info.name!r} are all zero: every range would be empty; "
+                             f"give samples like the model's real inputs")
         arrays[info.name] = a
     count = min(len(a) for a in arrays.values())
     chunk = CALIBRATION_CHUNK if dynamic else shapes[graph.inputs[0].name][0]

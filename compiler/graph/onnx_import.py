@@ -55,7 +55,7 @@ def from_onnx(model, where="model"):
     from .host import HOST_OPS
     g = model.graph
     opsets = {o.domain: o.version for o in model.opset_import}
-    constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    constants = {t.name: _float32(numpy_helper.to_array(t)) for t in g.initializer}
     nodes, taken = [], set()
     for k, n in enumerate(g.node):
         attrs = {a.name: _attribute(a) for a in n.attribute}
@@ -66,7 +66,7 @@ def from_onnx(model, where="model"):
             name = f"{name}_{k}"
         taken.add(name)
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            constants[n.output[0]] = _constant_value(attrs, name)
+            constants[n.output[0]] = _float32(_constant_value(attrs, name))
             continue
         if n.domain == CONTRIB_DOMAIN:
             if n.op_type not in CONTRIB_OPS:
@@ -88,6 +88,13 @@ def from_onnx(model, where="model"):
     outputs = [_info(v, helper) for v in g.output]
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
     return Graph(nodes, inputs, outputs, constants, g.name or "model", opset)
+
+
+def _float32(array):
+    """float16 and float64 constants as float32: models of those types compute in float32 (their inputs
+    and outputs keep the declared types)."""
+    array = np.asarray(array)
+    return array.astype(np.float32) if array.dtype in (np.float16, np.float64) else array
 
 
 def _info(value, helper):
