@@ -12,7 +12,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from tilewright import asm, isa
+from tilewright import asm, files, isa
 from tilewright.config import ConfigError, load_config
 
 __all__ = ["main"]
@@ -37,13 +37,19 @@ def _read(path, mode="r"):
 
 
 def _write(path, data):
+    """Write ``data`` (str or bytes) to ``path`` whole or not at all."""
     try:
-        if isinstance(data, str):
-            Path(path).write_text(data)
-        else:
-            Path(path).write_bytes(data)
+        (files.write_text if isinstance(data, str) else files.write_bytes)(path, data)
     except OSError as e:
         raise CliError(f"cannot write {path}: {e.strerror}") from None
+
+
+def _not_over_inputs(output, *inputs):
+    """CliError when ``output`` is one of the command's ``inputs``."""
+    try:
+        files.refuse_overwrite(output, *inputs)
+    except files.FileSafetyError as e:
+        raise CliError(str(e)) from None
 
 
 def cmd_info(args):
@@ -77,6 +83,7 @@ def cmd_asm(args):
     except isa.IsaError as e:
         raise CliError(f"{args.file}: {e}") from None
     out = args.output or str(Path(args.file).with_suffix(".bin"))
+    _not_over_inputs(out, args.file)
     _write(out, isa.encode_program(insns, cfg))
     print(f"{len(insns)} instructions -> {out}")
 
@@ -88,6 +95,7 @@ def cmd_disasm(args):
     except isa.IsaError as e:
         raise CliError(f"{args.file}: {e}") from None
     if args.output:
+        _not_over_inputs(args.output, args.file)
         _write(args.output, text)
     else:
         sys.stdout.write(text)
@@ -199,6 +207,7 @@ def cmd_compile(args):
     cfg = _config(args)
     if args.percentile is not None and args.method != "percentile":
         raise CliError("--percentile needs --method percentile")
+    _not_over_inputs(args.output, args.model, args.calib, args.tuning_log)
     calibration = _load_arrays(args.calib, "calibration samples") if args.calib else None
     if not Path(args.output).resolve().parent.is_dir():
         raise CliError(f"cannot write {args.output}: no directory {Path(args.output).parent}")
@@ -244,6 +253,13 @@ def cmd_run(args):
     inputs = _load_arrays(args.input, "input")
     try:
         model = load_model(args.model)
+        path = None
+        if args.output:
+            # numpy adds the suffix it wants; say the name it really writes
+            single = len(model.graph.outputs) == 1 and not args.output.endswith(".npz")
+            path = args.output if args.output.endswith(".npy" if single else ".npz") else \
+                args.output + (".npy" if single else ".npz")
+            _not_over_inputs(path, args.model, args.input)
         print(f"running {args.model} on {args.backend} (config {model.config.name})", flush=True)
         if (args.backend == "fpga") != (args.port is not None):
             raise CliError("--backend fpga needs --port (a board's serial port or `tilewright fpga simulate`'s)"
@@ -251,16 +267,13 @@ def cmd_run(args):
         outputs, rows = model.run(inputs, backend=args.backend, port=args.port, profile=True, progress=True)
     except _model_errors() as e:
         raise CliError(str(e)) from None
-    if args.output:
-        # numpy adds the suffix it wants; say the name it really wrote
-        single = len(outputs) == 1 and not args.output.endswith(".npz")
-        path = args.output if args.output.endswith(".npy" if single else ".npz") else \
-            args.output + (".npy" if single else ".npz")
+    if path:
         try:
-            if single:
-                np.save(path, next(iter(outputs.values())))
-            else:
-                np.savez(path, **outputs)
+            with files.atomic_write(path) as f:
+                if single:
+                    np.save(f, next(iter(outputs.values())))
+                else:
+                    np.savez(f, **outputs)
         except OSError as e:
             raise CliError(f"cannot write {path}: {e.strerror}") from None
         print(f"wrote {path}")

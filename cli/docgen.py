@@ -11,7 +11,7 @@ them, and ``tilewright docs`` rewrites them.
 import json
 from pathlib import Path
 
-from tilewright import isa
+from tilewright import files, isa
 from tilewright.config import PRESETS
 
 __all__ = ["isa_tables", "register_tables", "fpga_build_table", "update_generated", "GENERATED_DOCS", "BEGIN",
@@ -125,5 +125,5 @@ def update_generated(path, content, *, check=False):
     new = f"{head}{BEGIN}\n{content}{END}{tail}"
     if check:
         return new == text
-    path.write_text(new)
+    files.write_text(path, new)
     return True

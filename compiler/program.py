@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tilewright import isa
+from tilewright import files, isa
 from tilewright.config import HwConfig, load_config
 
 __all__ = ["Segment", "Program", "ProgramError", "ALIGN"]
@@ -95,7 +95,7 @@ class Program:
         if hasattr(path, "write"):
             np.savez(path, **arrays)
         else:
-            with open(path, "wb") as f:
+            with files.atomic_write(path) as f:       # (the old file stays whole if this fails)
                 np.savez(f, **arrays)
 
     @classmethod

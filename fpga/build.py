@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from tilewright import files
 from tilewright.config import load_config
 
 from .boards import get_board
@@ -412,7 +413,7 @@ def seed_spread(reports):
 def _write(out, report, started, *, ok):
     report["seconds"]["total"] = round(time.monotonic() - started, 1)
     report["ok"] = ok
-    (out / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+    files.write_text(out / REPORT_NAME, json.dumps(report, indent=2) + "\n")
 
 
 def critical_path(pnr_report):

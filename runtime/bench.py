@@ -19,6 +19,7 @@ import numpy as np
 from tilewright.compiler import build
 from tilewright.compiler.ops import Conv2dSpec, conv2d, conv_space, conv_tiles
 from tilewright.compiler.tune.task import Task
+from tilewright import files
 from tilewright.config import load_config
 
 from .device import DeviceError, get_device
@@ -148,11 +149,11 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
                  f"worst roofline ratio {max(r['ratio'] for r in records):.3f}; "
                  f"{result['sim_cycles_per_second']:,.0f} simulated cycles/s")
     if json_path:
-        Path(json_path).write_text(json.dumps(result, indent=2))
+        files.write_text(json_path, json.dumps(result, indent=2))
     if plot_path and records and records[0]["cycles"]:
         _plot(records, plot_path, cfg)
     if trace_path and trace_events:
-        Path(trace_path).write_text(json.dumps({"traceEvents": trace_events, "displayTimeUnit": "ns",
+        files.write_text(trace_path, json.dumps({"traceEvents": trace_events, "displayTimeUnit": "ns",
                                                 "otherData": {"time_unit": "cycle"}}))
     return result
 
@@ -174,4 +175,5 @@ def _plot(records, path, cfg):
     ax.set_title(f"ResNet-18 conv layers on {cfg.name} ({cfg.tag}); labels: GEMM utilization")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with files.atomic_write(path) as f:
+        fig.savefig(f, dpi=120, format=Path(path).suffix.lstrip(".") or "png")

@@ -40,6 +40,7 @@ from tilewright.compiler.ops import Conv2dSpec, DenseSpec
 from tilewright.compiler.tune.log import TuningLog, TuningLogError
 from tilewright.compiler.tune.task import Task
 from tilewright.compiler.program import Program, ProgramError
+from tilewright import files
 from tilewright.config import HwConfig, load_config
 from .progress import Progress
 
@@ -220,7 +221,7 @@ class CompiledModel:
         }
         arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
         try:
-            with open(path, "wb") as f:
+            with files.atomic_write(path) as f:       # (the old file stays whole if this fails)
                 np.savez(f, **arrays)
         except OSError as e:
             raise ModelError(f"cannot write {path}: {e.strerror}") from None
