@@ -393,7 +393,7 @@ def _parser():
     sp.set_defaults(func=cmd_verilog)
 
     sp = with_config(sub.add_parser("fuzz", help="random programs on fsim and the RTL, compared"))
-    sp.add_argument("-n", type=int, default=1000, help="number of programs")
+    sp.add_argument("-n", type=_positive_int, default=1000, help="number of programs")
     sp.add_argument("--seed", type=int, default=0, help="first seed")
     sp.set_defaults(func=cmd_fuzz)
 

@@ -79,3 +79,10 @@ def test_demo_passes(capsys):
 
 def test_docs_check(capsys):
     assert main(["docs", "--check", "--root", str(Path(__file__).parent.parent)]) == 0
+
+
+@pytest.mark.parametrize("count", ["0", "-5", "x"])
+def test_fuzz_needs_a_positive_program_count(count, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fuzz", "--config", "tiny", "-n", count])
+    assert e.value.code == 2 and "is not a positive integer" in capsys.readouterr().err

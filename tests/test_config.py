@@ -88,6 +88,9 @@ def test_toml_hw_table(tmp_path):
     ("speed = 3\n", r"unknown parameter\(s\) speed"),
     ('base = "huge"\n', r"base='huge' is not a preset"),
     ("batch = [\n", r"cannot read config file"),
+    ('base = ["tiny"]\n', r"base=\['tiny'\] is not a preset"),
+    ('base = "tiny"\nbatch = 2\n[hw]\nblock_in = 8\n', r"with a \[hw\] table every parameter goes in it \(base, batch"),
+    ("hw = 3\n", r"with a \[hw\] table every parameter goes in it"),
 ])
 def test_bad_toml(tmp_path, text, message):
     path = tmp_path / "bad.toml"
@@ -101,3 +104,10 @@ def test_unknown_preset_and_missing_file(tmp_path):
         load_config("huge")
     with pytest.raises(ConfigError, match=r"does not exist"):
         load_config(str(tmp_path / "missing.toml"))
+
+
+def test_a_config_file_that_is_not_utf8_is_one_error(tmp_path):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('name = "d\xe9faut"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        load_config(path)

@@ -322,14 +322,22 @@ def load_config(spec):
         raise ConfigError(f"unknown config {spec!r}: not a preset ({', '.join(PRESETS)}) "
                           f"nor a TOML file")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file {spec} does not exist") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {spec} is not UTF-8 text (TOML files are)") from None
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read config file {spec}: {e}") from None
-    data = dict(data.get("hw", data))
+    if "hw" in data:
+        outside = sorted(set(data) - {"hw"})
+        if outside or not isinstance(data["hw"], dict):
+            raise ConfigError(f"{spec}: with a [hw] table every parameter goes in it"
+                              + (f" ({', '.join(outside)} are outside it)" if outside else ""))
+        data = data["hw"]
+    data = dict(data)
     base = data.pop("base", "default")
-    if base not in PRESETS:
+    if not isinstance(base, str) or base not in PRESETS:
         raise ConfigError(f"{spec}: base={base!r} is not a preset ({', '.join(PRESETS)})")
     known = {f.name for f in dataclasses.fields(HwConfig)}
     unknown = sorted(set(data) - known)
