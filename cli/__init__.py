@@ -12,7 +12,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from tilewright import asm, files, isa
+from tilewright import asm, isa
+from tilewright.compiler import files
 from tilewright.config import ConfigError, load_config
 
 __all__ = ["main"]
@@ -148,6 +149,9 @@ def cmd_bench(args):
         raise CliError(f"unknown layer(s) {', '.join(sorted(set(layers) - known))}; choose from {', '.join(sorted(known))}")
     if args.tuning_log and not Path(args.tuning_log).is_file():
         raise CliError(f"tuning log {args.tuning_log}: no such file")
+    for path in (args.json, args.plot, args.trace):
+        if path:
+            _not_over_inputs(path, args.tuning_log)
     print(f"ResNet-18 conv layers on {args.backend} ({cfg.name}, {cfg.tag})", flush=True)
     try:
         bench_resnet18(args.backend, cfg, layers=layers, json_path=args.json, plot_path=args.plot,

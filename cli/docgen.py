@@ -11,7 +11,8 @@ them, and ``tilewright docs`` rewrites them.
 import json
 from pathlib import Path
 
-from tilewright import files, isa
+from tilewright import isa
+from tilewright.compiler import files
 from tilewright.config import PRESETS
 
 __all__ = ["isa_tables", "register_tables", "fpga_build_table", "update_generated", "GENERATED_DOCS", "BEGIN",

@@ -78,7 +78,7 @@ def cmd_tune(args):
             results.append(result)
             best, default = result.best, result.default
             if best is None:
-                print(f"  no point of {task.name} ran; see the errors in {args.log}", flush=True)
+                print(f"  no point of {task.name} ran: {result.first_error or 'nothing to measure'}", flush=True)
                 continue
             line = f"  best {best['cycles']} cycles {best['knobs']}"
             if default and default["cycles"]:

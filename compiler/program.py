@@ -16,8 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tilewright import files, isa
+from tilewright import isa
 from tilewright.config import HwConfig, load_config
+
+from . import files
 
 __all__ = ["Segment", "Program", "ProgramError", "ALIGN"]
 

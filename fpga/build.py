@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from tilewright import files
+from tilewright.compiler import files
 from tilewright.config import load_config
 
 from .boards import get_board

@@ -19,7 +19,7 @@ import numpy as np
 from tilewright.compiler import build
 from tilewright.compiler.ops import Conv2dSpec, conv2d, conv_space, conv_tiles
 from tilewright.compiler.tune.task import Task
-from tilewright import files
+from tilewright.compiler import files
 from tilewright.config import load_config
 
 from .device import DeviceError, get_device
@@ -101,8 +101,10 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
         b = rng.integers(-4096, 4096, cout, dtype=np.int32)
         tensors = {"data": pack_nchw(x, cfg.batch, cfg.block_in), "weight": pack_oihw(w, cfg.block_out, cfg.block_in),
                    "bias": pack_bias(b, cfg.batch, cfg.block_out)}
-        record = tuned.get(Task("conv2d", spec, cfg).key) if tuned else None
-        tiles = conv_space(spec, cfg).make(record["knobs"]) if record else conv_tiles(spec, cfg)
+        space = conv_space(spec, cfg)
+        record = tuned.get(Task("conv2d", spec, cfg).key)
+        record = record if record and record["space"] == space.hash else None     # (another template version)
+        tiles = space.make(record["knobs"]) if record else conv_tiles(spec, cfg)
         program = build(conv2d(spec, cfg, tiles)[0], cfg)
         single = build(conv2d(spec, cfg, dataclasses.replace(tiles, threads=1))[0], cfg)
         trace_file = Path(f"{trace_path}.{name}.txt") if trace_path and backend == "rtl" else None

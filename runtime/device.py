@@ -13,7 +13,7 @@ from tilewright import isa
 from tilewright.config import load_config
 from tilewright.compiler.program import ALIGN
 
-__all__ = ["DeviceError", "Device", "FsimDevice", "RtlDevice", "get_device", "BACKENDS", "counter_stats"]
+__all__ = ["DeviceError", "Device", "FsimDevice", "RtlDevice", "get_device", "forget_device", "BACKENDS", "counter_stats"]
 
 
 class DeviceError(RuntimeError):
@@ -163,6 +163,12 @@ def _fpga_device(config, **options):
 
 _DEVICES = {}
 BACKENDS = {"fsim": FsimDevice, "rtl": RtlDevice, "fpga": _fpga_device}
+
+
+def forget_device(backend, config, *, port=None):
+    """Drop the shared device of ``backend`` for ``config`` (the next :func:`get_device` makes a new one):
+    after its simulator process died, say."""
+    _DEVICES.pop((backend, load_config(config).fingerprint, port), None)
 
 
 def get_device(backend="fsim", config="default", *, port=None):

@@ -40,7 +40,7 @@ from tilewright.compiler.ops import Conv2dSpec, DenseSpec
 from tilewright.compiler.tune.log import TuningLog, TuningLogError
 from tilewright.compiler.tune.task import Task
 from tilewright.compiler.program import Program, ProgramError
-from tilewright import files
+from tilewright.compiler import files
 from tilewright.config import HwConfig, load_config
 from .progress import Progress
 
@@ -371,14 +371,16 @@ def _accelerator_step(node, shapes, consts, cfg, schedules=None):
         op = "dense"
         macs = N * K * O
     task = Task(op, spec, cfg)
+    space = task.space()
     record = (schedules or {}).get(task.key)
-    tiles = task.space().make(record["knobs"]) if record else None
+    record = record if record and record["space"] == space.hash else None     # (another template version)
+    tiles = space.make(record["knobs"]) if record else None
     program = (compile_conv2d if op == "conv2d" else compile_dense)(spec, cfg, tiles)
     packed["bias"] = pack_bias(consts[layer_input(node, "bias")], cfg.batch, cfg.block_out)
     if scale is not None:
         packed["scale"] = pack_bias(scale, cfg.batch, cfg.block_out)
     source = {"layer": node.name, "task": task.key, "schedule": "tuned" if record else "heuristic",
-              "tiles": record["knobs"] if record else dataclasses.asdict(task.space().make(task.default_point()))}
+              "tiles": record["knobs"] if record else dataclasses.asdict(space.make(task.default_point()))}
     if record:
         source["cycles"] = record["cycles"]
     return Step(node, "accelerator", "", program, packed, O, macs, spec), source

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tilewright import files
+from tilewright.compiler import files
 from tilewright.cli import main
 from tilewright.runtime.model import compile_model, load_model
 

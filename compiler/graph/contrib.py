@@ -44,7 +44,7 @@ def _table(fn):
 
 
 def _global_average_pool(node, x, x_scale, x_zp, y_scale, y_zp=None):
-    axes = (1, 2) if node.attr("channels_last", 0) else tuple(range(2, x.ndim))
+    axes = tuple(range(1, x.ndim - 1)) if node.attr("channels_last", 0) else tuple(range(2, x.ndim))
     mean = _dequantize(x, x_scale, x_zp).mean(axis=axes, keepdims=True, dtype=np.float64)
     return [_quantize(mean.astype(np.float32), y_scale, y_zp, x.dtype)]
 

@@ -18,6 +18,9 @@ __all__ = ["TuningLog", "LOG_SCHEMA", "TuningLogError"]
 
 LOG_SCHEMA = 1
 
+#: The fields every record has.
+REQUIRED = {"task", "op", "spec", "config", "fingerprint", "design", "space", "knobs", "cycles", "error"}
+
 
 class TuningLogError(ValueError):
     """A tuning log that cannot be read."""
@@ -52,21 +55,28 @@ class TuningLog:
             for number, line in enumerate(lines, 1):
                 try:
                     record = json.loads(line)
-                    if not isinstance(record, dict) or record.get("schema") != LOG_SCHEMA:
+                    if not isinstance(record, dict) or record.get("schema") != LOG_SCHEMA \
+                            or not REQUIRED <= set(record):
                         raise ValueError
                     self._remember(record)
                 except ValueError:
                     if number < len(lines) or text.endswith("\n"):      # (only a torn last line is forgiven)
                         raise TuningLogError(f"{self.path}:{number}: not a schema-{LOG_SCHEMA} tuning record") \
                             from None
+                    # a kill mid-write: drop the fragment, so the next record starts a line of its own
+                    with open(self.path, "r+b") as f:
+                        f.truncate(len(text.encode()) - len(line.encode()))
 
     def _remember(self, record):
         self.records.append(record)
-        self._index[(record["task"], record["fingerprint"], record["design"], _knob_key(record["knobs"]))] = record
+        self._index[(record["task"], record["fingerprint"], record["design"], record["space"],
+                     _knob_key(record["knobs"]))] = record
 
-    def lookup(self, task, design, knobs):
-        """The record of ``knobs`` of ``task`` measured on ``design``, or None."""
-        return self._index.get((task.key, task.config.fingerprint, design, _knob_key(knobs)))
+    def lookup(self, task, design, knobs, space_hash=None):
+        """The record of ``knobs`` of ``task`` measured on ``design`` in its space (``space_hash``, default
+        the task's current one: records of another template version are not this point's), or None."""
+        space_hash = space_hash or task.space().hash
+        return self._index.get((task.key, task.config.fingerprint, design, space_hash, _knob_key(knobs)))
 
     def append(self, task, design, space_hash, result, tuner):
         """Record one :func:`~tilewright.compiler.tune.measure.measure` result (and write its line)."""
@@ -88,7 +98,8 @@ class TuningLog:
                 and (design is None or r["design"] == design)]
 
     def best(self, fingerprint):
-        """``{task key: record}``: the fewest cycles measured per task on the config with ``fingerprint``."""
+        """``{task key: record}``: the fewest cycles measured per task on the config with ``fingerprint``
+        (check the record's ``space`` against the task's before using its knobs)."""
         best = {}
         for r in self.records:
             if r["fingerprint"] == fingerprint and r["cycles"] is not None:

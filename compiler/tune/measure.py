@@ -38,7 +38,9 @@ def measure(task, points, *, backend="rtl", verify=True, seed=0):
     ``cycles`` is the run's exact cycle count on ``backend`` (None with an
     ``error``); ``seconds`` the wall time of compiling and running it.
     """
-    from tilewright.runtime.device import get_device
+    from tilewright.runtime.device import forget_device, get_device
+    # (a failure here, building the RTL say, is the worker's, not a point's: it raises, and the tuner
+    # reports it without caching it as the point's result)
     inputs = task.inputs(seed)
     device = get_device(backend, task.config)
     reference = get_device("fsim", task.config) if verify and backend != "fsim" else None
@@ -58,6 +60,9 @@ def measure(task, points, *, backend="rtl", verify=True, seed=0):
                     cycles, error = None, f"the {backend} output differs from fsim"
         except Exception as e:          # (a refused or failing candidate is a result, not the end of the run)
             error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            if "harness" in str(e):      # (its simulator died with it: the next point gets a new one)
+                forget_device(backend, task.config)
+                device = get_device(backend, task.config)
         results.append({"knobs": point, "cycles": cycles, "error": error,
                         "seconds": round(time.perf_counter() - started, 4)})
     return results

@@ -136,7 +136,7 @@ class XGBTuner(_Tuner):
         self.model = CostModel(objective, seed=seed)
         self.epsilon, self.chains, self.steps = epsilon, chains, steps
         self._features = {}
-        self.history = [r for r in history if r["task"] != task.key]
+        self.history = [r for r in history if (r["task"], r["fingerprint"]) != (task.key, task.config.fingerprint)]
         self.history_weight = history_weight
         self._history_rows = None
         self._predicted = None
@@ -150,13 +150,15 @@ class XGBTuner(_Tuner):
 
     def _history(self):
         if self._history_rows is None:
-            self._history_rows = [(_record_features(r), r["cycles"], r["task"]) for r in self.history]
+            self._history_rows = [(_record_features(r), r["cycles"], (r["task"], r["fingerprint"]))
+                                  for r in self.history]
         return self._history_rows
 
     def _fit(self):
         self._stale = False
         # (in index order: the model must not depend on the order results came back in)
-        own = [(self._feature(i), self.measured[i], self.task.key) for i in sorted(self.measured)]
+        group = (self.task.key, self.task.config.fingerprint)
+        own = [(self._feature(i), self.measured[i], group) for i in sorted(self.measured)]
         rows = self._history() + own
         if not any(cycles for _, cycles, _ in rows):
             return
@@ -234,9 +236,10 @@ class TuneResult:
     """What one :func:`tune` run found: ``best`` (the log record of the fewest cycles, None if nothing
     ran), ``default`` (the heuristic's record), counts of points measured and taken from the log."""
 
-    def __init__(self, task, best, default, measured, cached, failed, seconds):
+    def __init__(self, task, best, default, measured, cached, failed, seconds, first_error=None):
         self.task, self.best, self.default = task, best, default
         self.measured, self.cached, self.failed, self.seconds = measured, cached, failed, seconds
+        self.first_error = first_error      # (of a failed point or a lost worker: what to tell a user)
 
     @property
     def speedup(self):
@@ -269,14 +272,15 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
     default_index = space.index(task.default_point())
     started = time.perf_counter()
     counts = {"done": 0, "measured": 0, "cached": 0, "failed": 0}
-    best = None
+    best = first_error = None
 
     def account(record, source):
-        nonlocal best
+        nonlocal best, first_error
         counts["done"] += 1
         counts[source] += 1
         if record["cycles"] is None:
             counts["failed"] += 1
+            first_error = first_error or record["error"]
         elif best is None or record["cycles"] < best["cycles"]:
             best = record
         if progress:
@@ -309,7 +313,7 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
                 tuner.in_flight.add(default_index)
                 first = False
             for i in indices:
-                record = log.lookup(task, design, space.point(i))
+                record = log.lookup(task, design, space.point(i), space.hash)
                 if record is not None:
                     account(record, "cached")
                     tuner.update([i], [record["cycles"]])
@@ -327,14 +331,15 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
         for future in done:
             i = pending.pop(future)
             result = _result(future, space.point(i))
-            tuner.update([i], [result["cycles"]])
-            if result.get("lost"):         # (a dead worker says nothing about the point: not logged, not cached)
+            if result.get("lost"):      # (a dead worker says nothing of the point: not learnt, logged or cached)
+                tuner.in_flight.discard(i)
                 account(result, "measured")
             else:
+                tuner.update([i], [result["cycles"]])
                 account(log.append(task, design, space.hash, result, tuner.name), "measured")
-    default = log.lookup(task, design, space.point(default_index))
+    default = log.lookup(task, design, space.point(default_index), space.hash)
     return TuneResult(task, best, default, counts["measured"], counts["cached"], counts["failed"],
-                      time.perf_counter() - started)
+                      time.perf_counter() - started, first_error)
 
 
 class _Done:

@@ -205,7 +205,12 @@ def test_a_tuning_log_round_trips_caches_and_forgives_only_a_torn_last_line(exha
         again.records[0])
     with open(path, "a") as f:
         f.write('{"schema": 1, "task": "dense:')          # a kill mid-write
-    assert len(TuningLog(path).records) == 5
+    resumed = TuningLog(path)
+    assert len(resumed.records) == 5
+    record = log.records[5]
+    resumed.append(task, design, record["space"], {k: record[k] for k in ("knobs", "cycles", "error", "seconds")},
+                   "test")
+    assert len(TuningLog(path).records) == 6       # (the fragment is gone: the new record has a line of its own)
     lines = path.read_text().splitlines()
     path.write_text("\n".join([lines[0], "not json"] + lines[1:]) + "\n")
     with pytest.raises(TuningLogError, match=":2: not a schema-1 tuning record"):

@@ -69,6 +69,9 @@ def _zp(v, dtype=np.uint8):
     ("QLinearGlobalAveragePool", lambda d: ({"x": _q((2, 4, 5, 5), d)},
                                             {"xs": _scale(0.1), "xz": _zp(9, d), "ys": _scale(0.05), "yz": _zp(4, d)},
                                             {})),
+    ("QLinearGlobalAveragePool", lambda d: ({"x": _q((2, 5, 3), d)},      # (channels last, one spatial axis)
+                                            {"xs": _scale(0.1), "xz": _zp(9, d), "ys": _scale(0.05), "yz": _zp(4, d)},
+                                            {"channels_last": 1})),
     ("QLinearAveragePool", lambda d: ({"x": _q((1, 3, 6, 6), d)},
                                       {"xs": _scale(0.1), "xz": _zp(9, d), "ys": _scale(0.08), "yz": _zp(4, d)},
                                       {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})),

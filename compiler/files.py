@@ -22,9 +22,14 @@ class FileSafetyError(ValueError):
 def atomic_write(path, mode="wb"):
     """``with atomic_write(path) as f: ...``: ``f`` is a temporary file beside ``path`` that replaces it only
     when the block ends without an exception (else it is removed). The file gets the old file's
-    permissions, or the umask's for a new one."""
-    path = Path(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    permissions, or the umask's for a new one; a symlink is written through (its target replaced), a
+    device or pipe written directly."""
+    path = Path(os.path.realpath(path))      # (through a symlink to the file it names)
+    if path.exists() and not path.is_file():         # (a device, a pipe: /dev/stdout)
+        with open(path, mode) as f:
+            yield f
+        return
+    fd, temporary = tempfile.mkstemp(prefix=".tw.", suffix=".partial", dir=path.parent)
     try:
         with os.fdopen(fd, mode) as f:
             yield f
