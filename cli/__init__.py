@@ -147,6 +147,8 @@ def cmd_bench(args):
     known = {name for name, *_ in RESNET18}
     if layers and not set(layers) <= known:
         raise CliError(f"unknown layer(s) {', '.join(sorted(set(layers) - known))}; choose from {', '.join(sorted(known))}")
+    if args.backend == "fsim" and (args.plot or args.trace):
+        raise CliError("--plot and --trace need cycle counts: use --backend rtl (fsim counts none)")
     if args.tuning_log and not Path(args.tuning_log).is_file():
         raise CliError(f"tuning log {args.tuning_log}: no such file")
     for path in (args.json, args.plot, args.trace):

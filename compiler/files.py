@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "write_bytes", "write_text", "refuse_overwrite", "FileSafetyError"]
+__all__ = ["atomic_write", "write_bytes", "write_text", "refuse_overwrite", "damaged_member", "FileSafetyError"]
 
 
 class FileSafetyError(ValueError):
@@ -72,3 +72,14 @@ def refuse_overwrite(output, *inputs):
         if same:
             raise FileSafetyError(f"{output} is also an input ({given}); writing it would destroy it: "
                                   f"choose another output")
+
+
+def damaged_member(source):
+    """The name of the first member of zip archive ``source`` (a path or a binary file) whose data fail their
+    CRC, or None: checked before any member is parsed, so a damaged archive is refused, not half-read."""
+    import zipfile
+    with zipfile.ZipFile(source) as archive:
+        bad = archive.testzip()
+    if hasattr(source, "seek"):
+        source.seek(0)
+    return bad

@@ -107,6 +107,9 @@ class Program:
         if hasattr(path, "read"):
             path = "program data"
         try:
+            bad = files.damaged_member(source)
+            if bad:
+                raise ProgramError(f"{path}: damaged ({bad} fails its checksum)")
             with np.load(source, allow_pickle=False) as archive:
                 header = json.loads(archive["header"].tobytes().decode())
                 binary = archive["instructions"].tobytes()

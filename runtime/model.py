@@ -230,6 +230,9 @@ class CompiledModel:
 def load_model(path):
     """Read a ``.twm`` file written by :meth:`CompiledModel.save`; a damaged file is a one-line ModelError."""
     try:
+        bad = files.damaged_member(Path(path))
+        if bad:
+            raise ModelError(f"{path}: damaged ({bad} fails its checksum)")
         with np.load(Path(path), allow_pickle=False) as archive:
             header = json.loads(archive["header"].tobytes().decode())
             if not isinstance(header, dict) or header.get("format") != FORMAT:

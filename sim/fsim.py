@@ -194,6 +194,8 @@ class FunctionalSimulator:
         :class:`SimError` subclass carrying the error code on failure.
         """
         data = program if isinstance(program, (bytes, bytearray)) else isa.encode_program(program, self.cfg)
+        if len(data) % isa.INSN_BYTES:
+            raise isa.IsaError(f"instruction stream of {len(data)} bytes is not a multiple of {isa.INSN_BYTES}")
         words = [bytes(data[i:i + isa.INSN_BYTES]) for i in range(0, len(data), isa.INSN_BYTES)]
         return self._execute(words)
 

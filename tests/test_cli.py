@@ -86,3 +86,11 @@ def test_fuzz_needs_a_positive_program_count(count, capsys):
     with pytest.raises(SystemExit) as e:
         main(["fuzz", "--config", "tiny", "-n", count])
     assert e.value.code == 2 and "is not a positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--plot", "--trace"])
+def test_bench_on_fsim_refuses_outputs_it_cannot_write(option, tmp_path, capsys):
+    """fsim counts no cycles: a plot or a timeline would never be written, so the bench says so up front."""
+    assert main(["bench", "resnet18", "--backend", "fsim", "--config", "tiny", "--layers", "C11",
+                 option, str(tmp_path / "out")]) == 1
+    assert "need cycle counts" in capsys.readouterr().err and not (tmp_path / "out").exists()

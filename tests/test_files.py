@@ -70,3 +70,24 @@ def test_no_command_writes_over_its_own_input(command, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is also an input" in err
     assert victim.read_bytes() == before
+
+
+def test_a_damaged_model_or_program_is_refused_before_any_member_is_parsed(tmp_path):
+    """A byte flipped inside a .twm's or a program's data fails the archive's checksum, checked first."""
+    from tilewright.compiler import ProgramError
+    from tilewright.compiler.graph import ModelError
+    model = compile_model(small_resnet(0).SerializeToString(), "tiny")
+    path = tmp_path / "m.twm"
+    model.save(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match=r"damaged \(\S+ fails its checksum\)"):
+        load_model(path)
+    program = next(s.program for s in model.steps if s.program)
+    program.save(tmp_path / "p.npz")
+    data = bytearray((tmp_path / "p.npz").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "p.npz").write_bytes(bytes(data))
+    with pytest.raises(ProgramError, match="fails its checksum"):
+        type(program).load(tmp_path / "p.npz")

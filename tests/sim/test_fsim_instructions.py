@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tilewright import PRESETS
+from tilewright import PRESETS, isa
 from tilewright.builder import noop
 from tilewright.isa import Alu, AluOp, Finish, Gemm, Load, MemType, Stream, Store, Uop, stream_of, uop_format
 from tilewright.sim import FunctionalSimulator
@@ -667,3 +667,10 @@ assert MAX_INDEX - 1 + 2 * 2 * 8 < min(TINY.depth("wgt"), SMALL.depth("wgt"))
 @given(data=st.data())
 def test_random_programs(cfg, data):
     run_random_case(cfg, data.draw(random_case(cfg)))
+
+
+def test_fsim_refuses_a_program_that_is_not_whole_instructions():
+    sim = FunctionalSimulator("tiny")
+    for data in (b"\x00", isa.encode_program([Finish()], sim.cfg) + b"\x07"):
+        with pytest.raises(isa.IsaError, match="not a multiple of 16"):
+            sim.run(data)
