@@ -359,6 +359,16 @@ def _demo_matmul(args):
     return 0
 
 
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
+    return value
+
+
 def _positive_int(text):
     try:
         value = int(text)
@@ -400,7 +410,7 @@ def _parser():
 
     sp = with_config(sub.add_parser("fuzz", help="random programs on fsim and the RTL, compared"))
     sp.add_argument("-n", type=_positive_int, default=1000, help="number of programs")
-    sp.add_argument("--seed", type=int, default=0, help="first seed")
+    sp.add_argument("--seed", type=_non_negative_int, default=0, help="first seed")
     sp.set_defaults(func=cmd_fuzz)
 
     sp = with_config(sub.add_parser("bench", help="benchmarks: resnet18 (conv layers vs the roofline)"), "default")
@@ -440,7 +450,7 @@ def _parser():
     sp.set_defaults(func=cmd_run)
 
     from .tune import add_parser as add_tune_parser
-    add_tune_parser(sub, with_config, _positive_int)
+    add_tune_parser(sub, with_config, _positive_int, _non_negative_int)
 
     from .fpga import add_parser as add_fpga_parser
     add_fpga_parser(sub)
@@ -457,7 +467,7 @@ def _parser():
     sp.add_argument("--shape", type=int, nargs=3, default=(256, 512, 256), metavar=("M", "K", "N"),
                     help="matmul: M K N")
     sp.add_argument("--threads", type=int, default=2)
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--seed", type=_non_negative_int, default=0)
     sp.set_defaults(func=cmd_demo)
     return p
 

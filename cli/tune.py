@@ -7,7 +7,7 @@ from tilewright.cli import CliError, _config, _model_errors
 __all__ = ["add_parser"]
 
 
-def add_parser(sub, with_config, positive_int):
+def add_parser(sub, with_config, positive_int, non_negative_int):
     sp = with_config(sub.add_parser(
         "tune", help="tune layer schedules in RTL cycles (XGBoost cost model; local processes or Dask)"), "default")
     sp.add_argument("model", nargs="?", help="ONNX model whose accelerator layers to tune")
@@ -21,7 +21,7 @@ def add_parser(sub, with_config, positive_int):
     sp.add_argument("--scheduler", metavar="ADDR", help="a Dask scheduler (tcp://HOST:8786) to measure on")
     sp.add_argument("--dask", action="store_true", help="measure on a Dask LocalCluster on this machine")
     sp.add_argument("--workers", type=positive_int, help="local worker processes (default: one per core)")
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--seed", type=non_negative_int, default=0)
     sp.set_defaults(func=cmd_tune)
 
 

@@ -94,3 +94,11 @@ def test_bench_on_fsim_refuses_outputs_it_cannot_write(option, tmp_path, capsys)
     assert main(["bench", "resnet18", "--backend", "fsim", "--config", "tiny", "--layers", "C11",
                  option, str(tmp_path / "out")]) == 1
     assert "need cycle counts" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv", [["fuzz", "--config", "tiny", "-n", "1", "--seed", "-3"],
+                                  ["tune", "--layer", "C2", "--seed", "-1"], ["demo", "--seed", "-1"]])
+def test_seeds_are_non_negative(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "is not a non-negative integer" in capsys.readouterr().err

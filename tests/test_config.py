@@ -111,3 +111,11 @@ def test_a_config_file_that_is_not_utf8_is_one_error(tmp_path):
     path.write_bytes('name = "d\xe9faut"\n'.encode("latin-1"))
     with pytest.raises(ConfigError, match="is not UTF-8 text"):
         load_config(path)
+
+
+@pytest.mark.parametrize("key", ["token_queue_depth", "cmd_queue_depth"])
+def test_queue_depths_have_an_upper_bound(key):
+    from tilewright import HwConfig
+    assert getattr(HwConfig(**{key: 4096}), key) == 4096
+    with pytest.raises(ConfigError, match=f"{key}=8192 is more than 4096"):
+        HwConfig(**{key: 8192})

@@ -44,6 +44,9 @@ def _log2(n):
 
 #: Supported element widths; numpy and the RTL both use whole bytes.
 _DATA_WIDTHS = {"inp_width": (8, 16), "wgt_width": (8, 16), "out_width": (8, 16), "acc_width": (16, 32)}
+
+#: Upper bounds on the queue depths.
+_DEPTH_LIMITS = {"token_queue_depth": 4096, "cmd_queue_depth": 4096}
 _BUS_WIDTHS = (32, 64, 128, 256, 512)
 
 
@@ -139,6 +142,10 @@ class HwConfig:
             value = getattr(self, key)
             if not _is_pow2(value):
                 raise ConfigError(f"{key}={value} must be a power of two")
+        for key, limit in _DEPTH_LIMITS.items():
+            if getattr(self, key) > limit:
+                raise ConfigError(f"{key}={getattr(self, key)} is more than {limit}, the most a queue is built with "
+                                  f"(a deeper one costs memory and buys no overlap the compiler can use)")
         for key, allowed in _DATA_WIDTHS.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}={getattr(self, key)} is not supported; "
