@@ -266,6 +266,8 @@ def cmd_run(args):
             path = args.output if args.output.endswith(".npy" if single else ".npz") else \
                 args.output + (".npy" if single else ".npz")
             _not_over_inputs(path, args.model, args.input)
+            if not Path(path).resolve().parent.is_dir():
+                raise CliError(f"cannot write {path}: no directory {Path(path).parent}")
         print(f"running {args.model} on {args.backend} (config {model.config.name})", flush=True)
         if (args.backend == "fpga") != (args.port is not None):
             raise CliError("--backend fpga needs --port (a board's serial port or `tilewright fpga simulate`'s)"
