@@ -1,13 +1,17 @@
-"""ONNX models built with ``onnx.helper``, with random weights: ResNets (torchvision's architecture).
+"""ONNX models built with ``onnx.helper``, with random weights: ResNets (torchvision's architecture) and
+MobileNetV2-style networks.
 
 Used by the tests and benchmarks; ``resnet18()`` is torchvision's
 ResNet-18 at 224×224 (conv 7×7/2, max pool, four stages of two basic
-blocks, global average pool, fully connected).
+blocks, global average pool, fully connected). ``mobilenet_v2()`` builds
+inverted residual blocks (1×1 expansion, 3×3 depthwise, 1×1 projection,
+ReLU6 as ``Clip(0, 6)``, a residual Add where shapes allow) as exporters
+write them.
 """
 
 import numpy as np
 
-__all__ = ["resnet", "resnet18"]
+__all__ = ["resnet", "resnet18", "mobilenet_v2"]
 
 
 class _Builder:
@@ -31,15 +35,20 @@ class _Builder:
         self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
         return out
 
-    def conv_bn(self, x, cin, cout, k, stride, relu=True):
-        fan_in = cin * k * k
-        w = self.rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / fan_in)
+    def conv_bn(self, x, cin, cout, k, stride, relu=True, group=1):
+        """Conv (``group`` groups) + BatchNormalization, then ``relu``: True for Relu, 6.0 for ReLU6 (Clip)."""
+        fan_in = cin // group * k * k
+        w = self.rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / fan_in)
         y = self.node("Conv", [x, self.const(w, "w")], kernel_shape=[k, k], strides=[stride, stride],
-                      pads=[k // 2] * 4)
+                      pads=[k // 2] * 4, group=group)
         stats = [self.rng.uniform(0.5, 1.5, cout), self.rng.normal(0, 0.1, cout), self.rng.normal(0, 0.1, cout),
                  self.rng.uniform(0.5, 1.5, cout)]
         y = self.node("BatchNormalization", [y] + [self.const(s, n) for s, n in zip(stats, "sbmv")])
-        return self.node("Relu", [y]) if relu else y
+        if relu is True:
+            return self.node("Relu", [y])
+        if relu:
+            return self.node("Clip", [y, self.const(np.array(0.0), "lo"), self.const(np.array(relu), "hi")])
+        return y
 
     def basic_block(self, x, cin, cout, stride):
         y = self.conv_bn(x, cin, cout, 3, stride)
@@ -78,3 +87,32 @@ def resnet(*, blocks=(2, 2, 2, 2), widths=(64, 128, 256, 512), image=224, in_cha
 def resnet18(seed=0, image=224, batch=1):
     """torchvision's ResNet-18 (ImageNet stem, 1000 classes) with random weights."""
     return resnet(seed=seed, image=image, batch=batch)
+
+
+def mobilenet_v2(*, blocks=((1, 16, 1, 1), (4, 24, 2, 2), (4, 32, 2, 2)), stem=16, image=32, in_channels=3,
+                 classes=10, seed=0, batch=1):
+    """A MobileNetV2-style network as an ``onnx.ModelProto`` (random weights, opset 17): a 3×3/2 stem,
+    then per ``(expansion, channels, repeats, stride)`` that many inverted residual blocks, a 1×1 conv to
+    4× the last width, global average pool and a fully connected layer."""
+    from onnx import TensorProto, helper
+    b = _Builder(seed)
+    x = b.conv_bn("input", in_channels, stem, 3, 2, relu=6.0)
+    cin = stem
+    for expansion, width, repeats, stride in blocks:
+        for j in range(repeats):
+            s = stride if j == 0 else 1
+            hidden = cin * expansion
+            y = b.conv_bn(x, cin, hidden, 1, 1, relu=6.0) if expansion != 1 else x
+            y = b.conv_bn(y, hidden, hidden, 3, s, relu=6.0, group=hidden)          # depthwise
+            y = b.conv_bn(y, hidden, width, 1, 1, relu=False)                       # linear bottleneck
+            x = b.node("Add", [y, x]) if s == 1 and cin == width else y
+            cin = width
+    x = b.conv_bn(x, cin, 4 * cin, 1, 1, relu=6.0)
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    w = b.rng.standard_normal((classes, 4 * cin)) / np.sqrt(4 * cin)
+    x = b.node("Gemm", [x, b.const(w, "fc_w"), b.const(b.rng.normal(0, 0.01, classes), "fc_b")], transB=1)
+    graph = helper.make_graph(b.nodes, "mobilenet_v2",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                             [batch, in_channels, image, image])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, classes])], b.inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
