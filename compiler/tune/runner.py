@@ -1,8 +1,8 @@
 """Where measurements run, behind one futures interface.
 
 A runner has ``parallelism`` (how many measurements run at once),
-``submit(fn, *args, **kwargs)`` returning a future (``.result()``),
-``as_completed(futures)`` and ``wait_any(futures)``. :class:`LocalRunner` is a pool of worker
+``submit(fn, *args, **kwargs)`` returning a future (``.result()``) and
+``wait_any(futures)`` (the done ones, after waiting for one). :class:`LocalRunner` is a pool of worker
 processes on this machine (``concurrent.futures``); :class:`DaskRunner`
 sends the same calls to a Dask ``distributed`` cluster: a scheduler's
 address for a real cluster of machines, or a ``LocalCluster`` it starts
@@ -38,10 +38,6 @@ class LocalRunner:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = self._start()
             return self._pool.submit(fn, *args, **kwargs)
-
-    @staticmethod
-    def as_completed(futures):
-        return concurrent.futures.as_completed(futures)
 
     @staticmethod
     def wait_any(futures):
@@ -94,11 +90,6 @@ class DaskRunner:
     def submit(self, fn, *args, **kwargs):
         # pure=False: the same candidates submitted twice (a retry) are measured twice, not deduplicated
         return self._client.submit(fn, *args, pure=False, **kwargs)
-
-    @staticmethod
-    def as_completed(futures):
-        from distributed import as_completed
-        return as_completed(futures)
 
     @staticmethod
     def wait_any(futures):
