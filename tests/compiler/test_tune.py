@@ -296,3 +296,38 @@ def test_layer_specs_parse_with_channels_rounded_to_the_blocks():
     assert parse_layer("C2", "default").spec.in_channels == 64
     with pytest.raises(LayerSpecError):
         parse_layer("conv2d:1,8,8,8,8,0,1,1", "tiny")
+
+
+class _FlakyRunner:
+    """Runs measurements in this process; the futures of every ``every``-th submission fail as a dead worker's."""
+
+    parallelism = 2
+
+    def __init__(self, measure_fn, every):
+        self.measure_fn, self.every, self.count = measure_fn, every, 0
+
+    def submit(self, fn, *args):
+        import concurrent.futures
+        self.count += 1
+        future = concurrent.futures.Future()
+        if self.count % self.every == 0:
+            future.set_exception(RuntimeError("worker died"))
+        else:
+            future.set_result(self.measure_fn(*args))
+        return future
+
+    @staticmethod
+    def wait_any(futures):
+        return futures
+
+
+def test_a_lost_worker_costs_its_point_only_and_is_neither_logged_nor_learnt(exhaustive):
+    task, log, design = exhaustive
+    fresh = TuningLog()
+    result = tune(task, trials=20, tuner="random", runner=_FlakyRunner(_replay(log, design), every=4), log=fresh,
+                  design=design, seed=2, include_default=False)
+    assert result.failed == 5 and len(fresh.records) == 15 and all(r["cycles"] for r in fresh.records)
+    assert "worker lost" in result.first_error and result.best["cycles"] == min(r["cycles"] for r in fresh.records)
+    every_time = tune(task, trials=4, tuner="random", runner=_FlakyRunner(_replay(log, design), every=1),
+                      log=TuningLog(), design=design, include_default=False)
+    assert every_time.best is None and "worker died" in every_time.first_error
