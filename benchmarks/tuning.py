@@ -53,12 +53,10 @@ def exhaustive(tasks, log, workers):
 
 def curve(task, log, design, tuner, options, seed, trials):
     """Best cycles after each trial of one run, its measurements replayed from the exhaustive ``log``."""
-    def replay(task_, points):
-        return [{k: log.lookup(task_, design, p)[k] for k in ("knobs", "cycles", "error", "seconds")} for p in points]
     optimum = min(r["cycles"] for r in log.task_records(task, design) if r["cycles"])
     best = []
     tune(task, trials=trials, tuner=tuner, log=TuningLog(), batch=BATCH, seed=seed, design=design,
-         include_default=False, target=optimum, tuner_options=options, measure_fn=replay,
+         include_default=False, target=optimum, tuner_options=options, measure_fn=log.replay(design),
          progress=lambda done, total, cycles, rate: best.append(cycles))
     return best + [best[-1]] * (trials - len(best))       # (stopped at the optimum: flat from there)
 

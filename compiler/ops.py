@@ -29,7 +29,7 @@ from .schedule import ScheduleError, create_schedule
 from .space import Knob, Space
 
 __all__ = ["Conv2dSpec", "DenseSpec", "conv2d", "dense", "ConvTiles", "DenseTiles", "conv_space", "dense_space",
-           "conv_tiles", "dense_tiles", "conv_cycles"]
+           "conv_tiles", "dense_tiles", "conv_cycles", "conv_cost", "ConvCost"]
 
 #: Virtual threads a schedule may ask for.
 THREADS = (1, 2, 4)
@@ -120,6 +120,16 @@ def _thread_axis(threads, axis, extents):
             return name
     tiles = " or the ".join(f"{name} tiles ({extents[name]})" for name in candidates)
     raise ScheduleError(f"{threads} virtual threads need the {tiles} to be a multiple of {threads}")
+
+
+def _split_problem(threads, axis, tile_counts):
+    """Why ``threads`` virtual threads cannot split the tile loop ``axis`` (a name of ``tile_counts``,
+    None with one thread), or None."""
+    if (threads == 1) != (axis is None):
+        return "a thread axis goes with more than one virtual thread, and only then"
+    if axis is not None and tile_counts[axis] % threads:
+        return f"{threads} threads do not divide the {tile_counts[axis]} {axis} tiles"
+    return None
 
 
 def _epilogue(acc, spec, terms, out_width):
@@ -219,21 +229,42 @@ def _conv_needs(spec, cfg, t):
 LOAD_OVERHEAD, GEMM_OVERHEAD, STORE_OVERHEAD = 20, 10, 30
 
 
-def conv_cycles(spec, cfg, t):
-    """Estimated accelerator cycles of tiles ``t``: the busiest stream, plus the first step's loads
-    (nothing to overlap them with) and the last tile's stores (nothing after them)."""
+@dataclass(frozen=True)
+class ConvCost:
+    """The parts of :func:`conv_cycles`' estimate: ``tiles`` output tiles of ``steps`` reduction steps in
+    all; per step the cycles of its loads and GEMMs, per tile those of its stores."""
+    tiles: int
+    steps: int
+    load: int
+    gemm: int
+    store: int
+
+    @property
+    def cycles(self):
+        """The busiest stream, plus the first step's loads (nothing to overlap them with) and the last
+        tile's stores (nothing after them)."""
+        return max(self.steps * self.load, self.steps * self.gemm, self.tiles * self.store) + self.load + self.store
+
+
+def conv_cost(spec, cfg, t):
+    """The :class:`ConvCost` of tiles ``t``."""
     c = cfg
     KH, KW = spec.kernel
     CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
     rows, cols = (t.rows - 1) * spec.stride + KH, (t.cols - 1) * spec.stride + KW
     beats = {m: -(-c.elem_bytes(m) // c.bus_bytes) for m in ("inp", "wgt", "out")}
     tiles = (OB // t.out_channels) * (spec.out_height // t.rows) * (spec.out_width // t.cols) * (spec.batch // c.batch)
-    steps = tiles * (CB // t.in_channels)
-    load = (t.in_channels * (rows * cols * beats["inp"] + LOAD_OVERHEAD)
-            + t.out_channels * t.in_channels * KH * KW * beats["wgt"] + LOAD_OVERHEAD)
-    gemm = t.out_channels * t.rows * t.cols * t.in_channels * KH * KW + 2 * GEMM_OVERHEAD
-    store = t.out_channels * (t.rows * t.cols * beats["out"] + STORE_OVERHEAD)
-    return max(steps * load, steps * gemm, tiles * store) + load + store
+    return ConvCost(
+        tiles=tiles, steps=tiles * (CB // t.in_channels),
+        load=(t.in_channels * (rows * cols * beats["inp"] + LOAD_OVERHEAD)
+              + t.out_channels * t.in_channels * KH * KW * beats["wgt"] + LOAD_OVERHEAD),
+        gemm=t.out_channels * t.rows * t.cols * t.in_channels * KH * KW + 2 * GEMM_OVERHEAD,
+        store=t.out_channels * (t.rows * t.cols * beats["out"] + STORE_OVERHEAD))
+
+
+def conv_cycles(spec, cfg, t):
+    """Estimated accelerator cycles of tiles ``t`` (:class:`ConvCost`)."""
+    return conv_cost(spec, cfg, t).cycles
 
 
 def _fits(c, *, inp, wgt, acc, uops):
@@ -274,9 +305,10 @@ def _conv_candidates(spec, c, T):
     CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
     for to, th, tw, ti in itertools.product(_divisors(OB), _divisors(spec.out_height), _divisors(spec.out_width),
                                             _divisors(CB)):
-        if T > 1 and (OB // to) % T and (spec.out_height // th) % T:
+        try:
+            axis = None if T == 1 else _thread_axis(T, None, {"out_channels": OB // to, "rows": spec.out_height // th})
+        except ScheduleError:
             continue
-        axis = None if T == 1 else "out_channels" if (OB // to) % T == 0 else "rows"
         t = ConvTiles(to, th, tw, ti, T, axis)
         inp, wgt, acc, uops = _conv_needs(spec, c, t)
         if _fits(c, inp=inp, wgt=wgt, acc=acc, uops=uops):
@@ -295,13 +327,10 @@ def conv_space(spec, config="default"):
 
     def problem(p):
         t = ConvTiles(**p)
-        if (t.threads == 1) != (t.thread_axis is None):
-            return "a thread axis goes with more than one virtual thread, and only then"
         tile_counts = {"out_channels": OB // t.out_channels, "rows": spec.out_height // t.rows}
-        if tile_counts[t.thread_axis or "rows"] % t.threads:
-            return f"{t.threads} threads do not divide the {tile_counts[t.thread_axis]} {t.thread_axis} tiles"
-        return _fit_problem(c, *_conv_needs(spec, c, t))
+        return _split_problem(t.threads, t.thread_axis, tile_counts) or _fit_problem(c, *_conv_needs(spec, c, t))
     return Space("conv2d/v1", knobs, problem, lambda p: ConvTiles(**p))
+
 
 def conv2d(spec, config="default", tiles=None):
     """``(schedule, inputs, output)`` of a packed conv2d with its default (or given) schedule."""
@@ -398,9 +427,11 @@ def _dense_candidates(spec, c, T):
     """``(key, DenseTiles)`` for every tiling with ``T`` threads that fits: DRAM traffic, then longer reductions."""
     NB, KB, MB = spec.batch // c.batch, spec.in_features // c.block_in, spec.out_features // c.block_out
     for tn, tm, tk in itertools.product(_divisors(NB), _divisors(MB), _divisors(KB)):
-        if T > 1 and (MB // tm) % T and (NB // tn) % T:
+        try:
+            axis = None if T == 1 else _thread_axis(T, None, {"out_features": MB // tm, "batch": NB // tn})
+        except ScheduleError:
             continue
-        t = DenseTiles(tn, tm, tk, T, None if T == 1 else "out_features" if (MB // tm) % T == 0 else "batch")
+        t = DenseTiles(tn, tm, tk, T, axis)
         if _fits(c, **_dense_needs(spec, c, t)):
             traffic = (NB // tn) * (MB // tm) * (tn * KB * c.elem_bytes("inp") + tm * KB * c.elem_bytes("wgt"))
             yield (traffic, -tk), t
@@ -424,12 +455,8 @@ def dense_space(spec, config="default"):
 
     def problem(p):
         t = DenseTiles(**p)
-        if (t.threads == 1) != (t.thread_axis is None):
-            return "a thread axis goes with more than one virtual thread, and only then"
         tile_counts = {"out_features": MB // t.out_features, "batch": NB // t.batch}
-        if tile_counts[t.thread_axis or "batch"] % t.threads:
-            return f"{t.threads} threads do not divide the {tile_counts[t.thread_axis]} {t.thread_axis} tiles"
-        return _fit_problem(c, **_dense_needs(spec, c, t))
+        return _split_problem(t.threads, t.thread_axis, tile_counts) or _fit_problem(c, **_dense_needs(spec, c, t))
     return Space("dense/v1", knobs, problem, lambda p: DenseTiles(**p))
 
 

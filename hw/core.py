@@ -290,6 +290,7 @@ class ComputeCore(wiring.Component):
         inp_data = pipe(m, self.inp_read.data, "inp_data", data=True)
         wgt_data = pipe(m, self.wgt_read.data, "wgt_data", data=True)
         pairs = is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS
+        first_soft = c.macs_per_cycle - c.soft_products     # the last soft_products products are built from logic
         sums = []
         levels = 0
         for b in range(batch):
@@ -299,8 +300,6 @@ class ComputeCore(wiring.Component):
                     if len(products) > k:       # (the second of an iCE40 pair)
                         continue
                     x, w, name = b * BI + k, o * BI + k, f"p_{b}_{o}_{k}"
-                    # the last soft_products products are built from logic
-                    first_soft = c.macs_per_cycle - c.soft_products
                     soft = (b * BO + o) * BI + k >= first_soft
                     if pairs and k + 1 < BI and (b * BO + o) * BI + k + 1 < first_soft:
                         products += ice40_product_pair(

@@ -38,8 +38,9 @@ def ice40_product_pair(m, operands, *, name):
     The block's registers are not reset (a product is only read beside a valid bit)."""
     (a0, b0), (a1, b1) = operands
     assert all(len(v) == ICE40_PAIR_OPERAND_BITS for v in (a0, b0, a1, b1))
-    out = Signal(32, name=f"{name}_mac")
-    products = [Signal(signed(2 * ICE40_PAIR_OPERAND_BITS), name=f"{name}_{half}") for half in ("lo", "hi")]
+    width = 2 * ICE40_PAIR_OPERAND_BITS         # of a product; the block's output holds the two side by side
+    out = Signal(2 * width, name=f"{name}_mac")
+    products = [Signal(signed(width), name=f"{name}_{half}") for half in ("lo", "hi")]
     m.submodules[name] = Instance(
         "SB_MAC16",
         p_MODE_8x8=1, p_A_SIGNED=1, p_B_SIGNED=1, p_A_REG=1, p_B_REG=1, p_C_REG=0, p_D_REG=0,
@@ -51,5 +52,5 @@ def ice40_product_pair(m, operands, *, name):
         i_AHOLD=0, i_BHOLD=0, i_CHOLD=0, i_DHOLD=0, i_IRSTTOP=0, i_IRSTBOT=0, i_ORSTTOP=0, i_ORSTBOT=0,
         i_OLOADTOP=0, i_OLOADBOT=0, i_ADDSUBTOP=0, i_ADDSUBBOT=0, i_OHOLDTOP=0, i_OHOLDBOT=0,
         i_CI=0, i_ACCUMCI=0, i_SIGNEXTIN=0, o_O=out)
-    m.d.comb += [products[0].eq(out[:16]), products[1].eq(out[16:])]
+    m.d.comb += [products[0].eq(out[:width]), products[1].eq(out[width:])]
     return products

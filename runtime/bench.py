@@ -16,23 +16,31 @@ from pathlib import Path
 
 import numpy as np
 
-from tilewright.compiler import build
-from tilewright.compiler.ops import Conv2dSpec, conv2d, conv_space, conv_tiles
+from tilewright.compiler import build, files
+from tilewright.compiler.ops import Conv2dSpec, conv2d, conv_tiles
 from tilewright.compiler.tune.task import Task
-from tilewright.compiler import files
 from tilewright.config import load_config
 
 from .device import DeviceError, get_device
 from .layout import pack_bias, pack_nchw, pack_oihw, unpack_nchw
 from .reference import conv2d_reference
 
-__all__ = ["RESNET18", "bench_resnet18", "chrome_trace"]
+__all__ = ["RESNET18", "resnet18_layer", "bench_resnet18", "chrome_trace"]
 
 #: (name, H=W, Cin, Cout, kernel, stride); padding 1 for 3×3, 0 for 1×1.
 RESNET18 = [("C2", 56, 64, 64, 3, 1), ("C3", 56, 64, 128, 3, 2), ("C4", 56, 64, 128, 1, 2),
             ("C5", 28, 128, 128, 3, 1), ("C6", 28, 128, 256, 3, 2), ("C7", 28, 128, 256, 1, 2),
             ("C8", 14, 256, 256, 3, 1), ("C9", 14, 256, 512, 3, 2), ("C10", 14, 256, 512, 1, 2),
             ("C11", 7, 512, 512, 3, 1)]
+
+
+def resnet18_layer(name, config):
+    """The packed Conv2dSpec of ResNet-18 layer ``name`` (``"C2"``…``"C11"``) on ``config``, with the
+    benchmark's epilogue (bias, ×3 >> 12, ReLU)."""
+    cfg = load_config(config)
+    _, hw, cin, cout, kernel, stride = next(layer for layer in RESNET18 if layer[0] == name)
+    return Conv2dSpec(cfg.batch, cin, hw, hw, cout, (kernel, kernel), stride, 1 if kernel == 3 else 0, bias=True,
+                      mul=3, shift=12, relu=True)
 
 
 def chrome_trace(events, program, layer, pid):
@@ -80,10 +88,10 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
     if backend != "fsim" and not cfg.perf_counters:
         raise DeviceError(f"config {cfg.name} has no performance counters (perf_counters = false): the benchmark "
                           f"needs their DRAM byte counts")
-    tuned = {}
+    tuned = None
     if tuning_log:
         from tilewright.compiler.tune import TuningLog
-        tuned = TuningLog(tuning_log).best(cfg.fingerprint)
+        tuned = TuningLog(tuning_log)
     device = get_device(backend, cfg)
     check = get_device("fsim", cfg) if backend != "fsim" else None
     macs_per_cycle = cfg.macs_per_cycle
@@ -93,18 +101,15 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
     for k, (name, hw, cin, cout, kernel, stride) in enumerate(RESNET18):
         if layers and name not in layers:
             continue
-        pad = 1 if kernel == 3 else 0
-        spec = Conv2dSpec(cfg.batch, cin, hw, hw, cout, (kernel, kernel), stride, pad, bias=True, mul=3, shift=12,
-                          relu=True)
+        spec = resnet18_layer(name, cfg)
+        pad = spec.padding
         x = rng.integers(-128, 128, (cfg.batch, cin, hw, hw), dtype=np.int8)
         w = rng.integers(-128, 128, (cout, cin, kernel, kernel), dtype=np.int8)
         b = rng.integers(-4096, 4096, cout, dtype=np.int32)
         tensors = {"data": pack_nchw(x, cfg.batch, cfg.block_in), "weight": pack_oihw(w, cfg.block_out, cfg.block_in),
                    "bias": pack_bias(b, cfg.batch, cfg.block_out)}
-        space = conv_space(spec, cfg)
-        record = tuned.get(Task("conv2d", spec, cfg).key)
-        record = record if record and record["space"] == space.hash else None     # (another template version)
-        tiles = space.make(record["knobs"]) if record else conv_tiles(spec, cfg)
+        record, tiles = tuned.best_schedule(Task("conv2d", spec, cfg)) if tuned else (None, None)
+        tiles = tiles or conv_tiles(spec, cfg)
         program = build(conv2d(spec, cfg, tiles)[0], cfg)
         single = build(conv2d(spec, cfg, dataclasses.replace(tiles, threads=1))[0], cfg)
         trace_file = Path(f"{trace_path}.{name}.txt") if trace_path and backend == "rtl" else None

@@ -86,13 +86,19 @@ class RtlDevice(Device):
 
     backend = "rtl"
 
-    def __init__(self, config="default", *, dram_bytes=256 << 20, latency=16, trace=None):
+    def __init__(self, config="default", *, dram_bytes=256 << 20, latency=None, trace=None):
         super().__init__(config)
         from tilewright.sim import Dram
-        from tilewright.sim.fast import FastSim
+        from tilewright.sim.fast import DRAM_LATENCY, FastSim
+        latency = DRAM_LATENCY if latency is None else latency
         self.harness = FastSim(self.cfg, dram_bytes=dram_bytes, latency=latency)
         self.dram = Dram(dram_bytes)          # the allocator; contents live in the harness
         self.trace = trace                    # path for the next run's instruction timeline
+
+    @property
+    def alive(self):
+        """Whether the Verilated model's harness still runs (a device whose harness died is of no use)."""
+        return self.harness.alive
 
     def write(self, addr, array):
         self.harness.write(addr, np.ascontiguousarray(array).tobytes())

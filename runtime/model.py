@@ -22,7 +22,6 @@ file (a zip: a JSON header with the config, graph and placement; programs,
 packed weights and host constants as arrays).
 """
 
-import dataclasses
 import json
 import time
 import zipfile
@@ -351,8 +350,8 @@ def _check_supported(graph):
 
 
 def _accelerator_step(node, shapes, consts, cfg, schedules=None):
-    """A compiled accelerator step for QConv/QDense ``node``, and where its schedule came from: the record
-    of a tuning log (``schedules``: task key -> record) or the heuristic."""
+    """A compiled accelerator step for QConv/QDense ``node``, and where its schedule came from: the fastest
+    record of the tuning log ``schedules`` (a TuningLog) for its shape, or the heuristic."""
     x_shape, w = shapes[layer_input(node, "data")], consts[layer_input(node, "weight")]
     a, O = node.attrs, w.shape[0]
     scale = consts[layer_input(node, "scale")] if layer_input(node, "scale") else None
@@ -374,27 +373,24 @@ def _accelerator_step(node, shapes, consts, cfg, schedules=None):
         op = "dense"
         macs = N * K * O
     task = Task(op, spec, cfg)
-    space = task.space()
-    record = (schedules or {}).get(task.key)
-    record = record if record and record["space"] == space.hash else None     # (another template version)
-    tiles = space.make(record["knobs"]) if record else None
+    record, tiles = schedules.best_schedule(task) if schedules else (None, None)
     program = (compile_conv2d if op == "conv2d" else compile_dense)(spec, cfg, tiles)
     packed["bias"] = pack_bias(consts[layer_input(node, "bias")], cfg.batch, cfg.block_out)
     if scale is not None:
         packed["scale"] = pack_bias(scale, cfg.batch, cfg.block_out)
     source = {"layer": node.name, "task": task.key, "schedule": "tuned" if record else "heuristic",
-              "tiles": record["knobs"] if record else dataclasses.asdict(space.make(task.default_point()))}
+              "tiles": record["knobs"] if record else task.default_point()}
     if record:
         source["cycles"] = record["cycles"]
     return Step(node, "accelerator", "", program, packed, O, macs, spec), source
 
 
-def _tuned_schedules(path, cfg):
-    """Task key -> the fastest record of the tuning log at ``path`` for config ``cfg``."""
+def _tuning_log(path):
+    """The tuning log at ``path`` (one line of ModelError if it cannot be read)."""
     if not Path(path).is_file():
         raise ModelError(f"tuning log {path}: no such file")
     try:
-        return TuningLog(path).best(cfg.fingerprint)
+        return TuningLog(path)
     except TuningLogError as e:
         raise ModelError(str(e)) from None
 
@@ -485,7 +481,7 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     for line in preview.placement_table():
         log(line)
 
-    schedules = _tuned_schedules(tuning_log, cfg) if tuning_log else None
+    schedules = _tuning_log(tuning_log) if tuning_log else None
     steps, meta["schedules"] = [], []
     accel = sum(w == "accelerator" for _, w, _ in plan)
     with Progress(accel, "compiling", enabled=progress) as bar:

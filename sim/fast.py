@@ -16,9 +16,12 @@ from pathlib import Path
 
 from .rtl import BUILD_ARGS, RtlError, RunResult, _verilator_env, cache_dir, locked, verilog_source
 
-__all__ = ["build_harness", "build_executable", "harness_header", "FastSim", "HARNESS"]
+__all__ = ["build_harness", "build_executable", "harness_header", "FastSim", "HARNESS", "DRAM_LATENCY"]
 
 HARNESS = Path(__file__).with_name("harness.cpp")
+
+#: The harness's DRAM read latency in cycles unless told otherwise (the rtl backend's, the tuner's).
+DRAM_LATENCY = 16
 
 
 def harness_header(cfg):
@@ -84,7 +87,7 @@ def build_executable(prefix, verilog, harness, headers, *, what):
 class FastSim:
     """One harness process: DRAM of ``dram_bytes``, SRAMs persisting across runs."""
 
-    def __init__(self, cfg, *, dram_bytes, latency=16):
+    def __init__(self, cfg, *, dram_bytes, latency=DRAM_LATENCY):
         from tilewright.hw.regs import COUNTERS
         self.cfg, self.dram_bytes = cfg, dram_bytes
         self.counter_names = [name for name, _ in COUNTERS]
@@ -120,6 +123,11 @@ class FastSim:
         status, index, cycles, timed_out, *counters = (int(v) for v in fields)
         return RunResult(status=status, error_index=index, cycles=cycles, timed_out=bool(timed_out),
                          counters=dict(zip(self.counter_names, counters)))
+
+    @property
+    def alive(self):
+        """Whether the harness process still runs."""
+        return self.proc.poll() is None
 
     def close(self):
         if self.proc.poll() is None:

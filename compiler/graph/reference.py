@@ -66,7 +66,6 @@ def run(node, values):
     own = len(node.inputs) - len(outer)
     # the outer-scope tensors go in under the names the subgraphs know them by
     pairs = list(zip(node.inputs[:own], values[:own])) + list(zip(outer, values[own:]))
-    names = [name for name, v in pairs if name and v is not None]
     feeds = {name: v for name, v in pairs if name and v is not None}
     key = (proto_bytes, tuple(sorted(opsets.items())), tuple(node.outputs),
            tuple((name, _type_key(v)) for name, v in zip(node.inputs, values)))
@@ -78,7 +77,7 @@ def run(node, values):
         del proto.input[:], proto.output[:]
         proto.input.extend(node.inputs[:own])
         proto.output.extend(node.outputs)
-        inputs = [_value_info(helper, name, feeds[name]) for name in names]
+        inputs = [_value_info(helper, name, value) for name, value in feeds.items()]
         outputs = [helper.make_empty_tensor_value_info(name) for name in proto.output if name]
         graph = helper.make_graph([proto], f"{node.name}_reference", inputs, outputs)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])

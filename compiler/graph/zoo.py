@@ -50,6 +50,20 @@ class _Builder:
             return self.node("Clip", [y, self.const(np.array(0.0), "lo"), self.const(np.array(relu), "hi")])
         return y
 
+    def classifier_model(self, x, cin, classes, name, input_shape):
+        """Global average pool, flatten and a fully connected layer on ``x`` (``cin`` channels): the
+        ``onnx.ModelProto`` of everything built (opset 17), input ``input`` of ``input_shape``."""
+        from onnx import TensorProto, helper
+        x = self.node("Flatten", [self.node("GlobalAveragePool", [x])], axis=1)
+        w = self.rng.standard_normal((classes, cin)) / np.sqrt(cin)
+        x = self.node("Gemm", [x, self.const(w, "fc_w"), self.const(self.rng.normal(0, 0.01, classes), "fc_b")],
+                      transB=1)
+        graph = helper.make_graph(self.nodes, name,
+                                  [helper.make_tensor_value_info("input", TensorProto.FLOAT, input_shape)],
+                                  [helper.make_tensor_value_info(x, TensorProto.FLOAT, [input_shape[0], classes])],
+                                  self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
     def basic_block(self, x, cin, cout, stride):
         y = self.conv_bn(x, cin, cout, 3, stride)
         y = self.conv_bn(y, cout, cout, 3, 1, relu=False)
@@ -63,7 +77,6 @@ def resnet(*, blocks=(2, 2, 2, 2), widths=(64, 128, 256, 512), image=224, in_cha
 
     ``stem`` is (kernel, stride, max pool): (7, 2, True) for ImageNet, (3, 1, False) for small images.
     """
-    from onnx import TensorProto, helper
     b = _Builder(seed)
     k, stride, pool = stem
     x = b.conv_bn("input", in_channels, widths[0], k, stride)
@@ -74,14 +87,7 @@ def resnet(*, blocks=(2, 2, 2, 2), widths=(64, 128, 256, 512), image=224, in_cha
         for j in range(n):
             x = b.basic_block(x, cin, width, 2 if j == 0 and stage > 0 else 1)
             cin = width
-    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
-    w = b.rng.standard_normal((classes, cin)) / np.sqrt(cin)
-    x = b.node("Gemm", [x, b.const(w, "fc_w"), b.const(b.rng.normal(0, 0.01, classes), "fc_b")], transB=1)
-    graph = helper.make_graph(b.nodes, "resnet",
-                              [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                             [batch, in_channels, image, image])],
-                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, classes])], b.inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return b.classifier_model(x, cin, classes, "resnet", [batch, in_channels, image, image])
 
 
 def resnet18(seed=0, image=224, batch=1):
@@ -94,7 +100,6 @@ def mobilenet_v2(*, blocks=((1, 16, 1, 1), (4, 24, 2, 2), (4, 32, 2, 2)), stem=1
     """A MobileNetV2-style network as an ``onnx.ModelProto`` (random weights, opset 17): a 3×3/2 stem,
     then per ``(expansion, channels, repeats, stride)`` that many inverted residual blocks, a 1×1 conv to
     4× the last width, global average pool and a fully connected layer."""
-    from onnx import TensorProto, helper
     b = _Builder(seed)
     x = b.conv_bn("input", in_channels, stem, 3, 2, relu=6.0)
     cin = stem
@@ -108,11 +113,4 @@ def mobilenet_v2(*, blocks=((1, 16, 1, 1), (4, 24, 2, 2), (4, 32, 2, 2)), stem=1
             x = b.node("Add", [y, x]) if s == 1 and cin == width else y
             cin = width
     x = b.conv_bn(x, cin, 4 * cin, 1, 1, relu=6.0)
-    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
-    w = b.rng.standard_normal((classes, 4 * cin)) / np.sqrt(4 * cin)
-    x = b.node("Gemm", [x, b.const(w, "fc_w"), b.const(b.rng.normal(0, 0.01, classes), "fc_b")], transB=1)
-    graph = helper.make_graph(b.nodes, "mobilenet_v2",
-                              [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                             [batch, in_channels, image, image])],
-                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, classes])], b.inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return b.classifier_model(x, 4 * cin, classes, "mobilenet_v2", [batch, in_channels, image, image])

@@ -92,17 +92,25 @@ class TuningLog:
                 f.write(json.dumps(record) + "\n")
         return record
 
+    def replay(self, design):
+        """A measurement function (as :func:`~.measure.measure` is called) answering from this log's records
+        on ``design``: cycle counts are deterministic, so a replayed measurement is the measurement."""
+        def measure_fn(task, points):
+            return [{k: self.lookup(task, design, p)[k] for k in ("knobs", "cycles", "error", "seconds")}
+                    for p in points]
+        return measure_fn
+
     def task_records(self, task, design=None):
         """The records of ``task`` on its config (and ``design``, if given)."""
         return [r for r in self.records if r["task"] == task.key and r["fingerprint"] == task.config.fingerprint
                 and (design is None or r["design"] == design)]
 
-    def best(self, fingerprint):
-        """``{task key: record}``: the fewest cycles measured per task on the config with ``fingerprint``
-        (check the record's ``space`` against the task's before using its knobs)."""
-        best = {}
-        for r in self.records:
-            if r["fingerprint"] == fingerprint and r["cycles"] is not None:
-                if r["task"] not in best or r["cycles"] < best[r["task"]]["cycles"]:
-                    best[r["task"]] = r
-        return best
+    def best_schedule(self, task):
+        """``(record, tiles)`` of the fewest cycles measured for ``task`` on its config in its space (records
+        of another template version do not count), or ``(None, None)``."""
+        space = task.space()
+        best = None
+        for r in self.task_records(task):
+            if r["space"] == space.hash and r["cycles"] is not None and (best is None or r["cycles"] < best["cycles"]):
+                best = r
+        return (best, space.make(best["knobs"])) if best else (None, None)

@@ -18,15 +18,12 @@ import time
 
 import numpy as np
 
-__all__ = ["measure", "design_hash", "DRAM_LATENCY"]
-
-#: The harness's DRAM latency in cycles (the rtl backend's default) under which cycles are measured.
-DRAM_LATENCY = 16
+__all__ = ["measure", "design_hash"]
 
 
 def design_hash(cfg):
-    """16 hex digits over the config's Verilog, the C++ harness and the DRAM latency."""
-    from tilewright.sim.fast import HARNESS
+    """16 hex digits over the config's Verilog, the C++ harness and its DRAM latency (the rtl backend's)."""
+    from tilewright.sim.fast import DRAM_LATENCY, HARNESS
     from tilewright.sim.rtl import verilog_source
     text = verilog_source(cfg) + HARNESS.read_text() + f"latency={DRAM_LATENCY}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -60,7 +57,7 @@ def measure(task, points, *, backend="rtl", verify=True, seed=0):
                     cycles, error = None, f"the {backend} output differs from fsim"
         except Exception as e:          # (a refused or failing candidate is a result, not the end of the run)
             error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-            if "harness" in str(e):      # (its simulator died with it: the next point gets a new one)
+            if not getattr(device, "alive", True):      # (its simulator died: the next point gets a new one)
                 forget_device(backend, task.config)
                 device = get_device(backend, task.config)
         results.append({"knobs": point, "cycles": cycles, "error": error,

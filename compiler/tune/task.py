@@ -116,14 +116,12 @@ def parse_layer(text, config):
 
     Channel and batch counts are rounded up to the config's blocks, as the runtime pads them.
     """
-    from tilewright.runtime.bench import RESNET18
+    from tilewright.runtime.bench import RESNET18, resnet18_layer
     from tilewright.runtime.layout import round_up
     cfg = load_config(config)
-    resnet = {name: (hw, cin, cout, k, s) for name, hw, cin, cout, k, s in RESNET18}
+    resnet = [name for name, *_ in RESNET18]
     if text in resnet:
-        hw, cin, cout, k, s = resnet[text]
-        return Task("conv2d", ops.Conv2dSpec(cfg.batch, cin, hw, hw, cout, (k, k), s, 1 if k == 3 else 0,
-                                             mul=3, shift=12, relu=True), cfg)
+        return Task("conv2d", resnet18_layer(text, cfg), cfg)
     op, _, args = text.partition(":")
     forms = {"conv2d": "conv2d:N,C,H,W,O,K,S,P", "dense": "dense:N,K,M"}
     try:
@@ -237,30 +235,22 @@ def features(task, point):
     c = task.config
     spec, t = _as_conv(task, point)
     KH, KW = spec.kernel
-    CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
-    rows, cols = (t.rows - 1) * spec.stride + KH, (t.cols - 1) * spec.stride + KW
-    tiles = (OB // t.out_channels) * (spec.out_height // t.rows) * (spec.out_width // t.cols) * (spec.batch // c.batch)
-    steps = tiles * (CB // t.in_channels)
-    e = {m: c.elem_bytes(m) for m in ("inp", "wgt", "acc", "out")}
+    cols = (t.cols - 1) * spec.stride + KW
+    cost = ops.conv_cost(spec, c, t)
     dram = dram_bytes(task, point)
     inp, wgt, acc, uops = ops._conv_needs(spec, c, t)
     ideal = task.macs / c.macs_per_cycle
     dram_cycles = sum(dram.values()) / c.bus_bytes
-    beats = {m: -(-e[m] // c.bus_bytes) for m in ("inp", "wgt", "out")}
-    load = (t.in_channels * (rows * cols * beats["inp"] + ops.LOAD_OVERHEAD)
-            + t.out_channels * t.in_channels * KH * KW * beats["wgt"] + ops.LOAD_OVERHEAD)
-    gemm = t.out_channels * t.rows * t.cols * t.in_channels * KH * KW + 2 * ops.GEMM_OVERHEAD
-    store = t.out_channels * (t.rows * t.cols * beats["out"] + ops.STORE_OVERHEAD)
     sizes = {
         "macs": task.macs, "ideal_cycles": ideal, **{f"dram_{m}": b for m, b in dram.items()},
-        "dram_cycles": dram_cycles, "roofline": max(ideal, dram_cycles),
-        "estimate": max(steps * load, steps * gemm, tiles * store) + load + store,
-        "estimate_load": steps * load, "estimate_gemm": steps * gemm, "estimate_store": tiles * store,
-        "steps": steps, "tiles": tiles, "loads": steps * (t.in_channels + 1), "stores": tiles * t.out_channels,
-        "gemm_insns": steps * t.out_channels * t.rows * t.cols * t.in_channels * KH * KW / max(uops, 1),
+        "dram_cycles": dram_cycles, "roofline": max(ideal, dram_cycles), "estimate": cost.cycles,
+        "estimate_load": cost.steps * cost.load, "estimate_gemm": cost.steps * cost.gemm,
+        "estimate_store": cost.tiles * cost.store, "steps": cost.steps, "tiles": cost.tiles,
+        "loads": cost.steps * (t.in_channels + 1), "stores": cost.tiles * t.out_channels,
+        "gemm_insns": cost.steps * t.out_channels * t.rows * t.cols * t.in_channels * KH * KW / max(uops, 1),
         "uops_per_kernel": uops, "reuse_inp": task.macs / max(dram["inp"], 1),
-        "reuse_wgt": task.macs / max(dram["wgt"], 1), "row_bytes_inp": cols * e["inp"],
-        "row_bytes_out": t.cols * e["out"], "bus_bytes": c.bus_bytes, "macs_per_cycle": c.macs_per_cycle,
+        "reuse_wgt": task.macs / max(dram["wgt"], 1), "row_bytes_inp": cols * c.elem_bytes("inp"),
+        "row_bytes_out": t.cols * c.elem_bytes("out"), "bus_bytes": c.bus_bytes, "macs_per_cycle": c.macs_per_cycle,
         "kernel": KH * KW, "stride": spec.stride,
     }
     values = {name: math.log2(1 + v) for name, v in sizes.items()}

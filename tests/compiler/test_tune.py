@@ -155,23 +155,16 @@ def test_tuners_propose_each_valid_point_once_and_find_the_optimum(exhaustive, t
     assert sorted(seen) == valid
 
 
-def _replay(log, design):
-    """A measurement function answering from ``log`` (cycle counts are deterministic)."""
-    def measure_fn(task, points):
-        return [{k: log.lookup(task, design, p)[k] for k in ("knobs", "cycles", "error", "seconds")} for p in points]
-    return measure_fn
-
-
 def test_tuning_never_ends_worse_than_the_heuristic_and_resumes_from_its_log(exhaustive, tmp_path):
     task, log, design = exhaustive
     for seed in range(3):
         result = tune(task, trials=3, tuner="random", log=TuningLog(), design=design, seed=seed,
-                      measure_fn=_replay(log, design))
+                      measure_fn=log.replay(design))
         assert result.best["cycles"] <= result.default["cycles"] and result.speedup >= 1
     resumed = TuningLog(tmp_path / "resumed.jsonl")
-    first = tune(task, trials=10, log=resumed, design=design, measure_fn=_replay(log, design))
+    first = tune(task, trials=10, log=resumed, design=design, measure_fn=log.replay(design))
     second = tune(task, trials=30, log=TuningLog(tmp_path / "resumed.jsonl"), design=design,
-                  measure_fn=_replay(log, design))
+                  measure_fn=log.replay(design))
     assert (first.measured, second.cached, second.measured) == (10, 10, 20)
     assert len(TuningLog(tmp_path / "resumed.jsonl").records) == 30
 
@@ -324,10 +317,10 @@ class _FlakyRunner:
 def test_a_lost_worker_costs_its_point_only_and_is_neither_logged_nor_learnt(exhaustive):
     task, log, design = exhaustive
     fresh = TuningLog()
-    result = tune(task, trials=20, tuner="random", runner=_FlakyRunner(_replay(log, design), every=4), log=fresh,
+    result = tune(task, trials=20, tuner="random", runner=_FlakyRunner(log.replay(design), every=4), log=fresh,
                   design=design, seed=2, include_default=False)
     assert result.failed == 5 and len(fresh.records) == 15 and all(r["cycles"] for r in fresh.records)
     assert "worker lost" in result.first_error and result.best["cycles"] == min(r["cycles"] for r in fresh.records)
-    every_time = tune(task, trials=4, tuner="random", runner=_FlakyRunner(_replay(log, design), every=1),
+    every_time = tune(task, trials=4, tuner="random", runner=_FlakyRunner(log.replay(design), every=1),
                       log=TuningLog(), design=design, include_default=False)
     assert every_time.best is None and "worker died" in every_time.first_error
