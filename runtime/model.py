@@ -33,7 +33,7 @@ import numpy as np
 from tilewright.compiler.graph import Graph, host_runs, ModelError, Node, TensorInfo, load_onnx, run_graph, run_node
 from tilewright.compiler.graph.host import QUANTIZED_WIDTHS
 from tilewright.compiler.graph.reference import is_reference
-from tilewright.compiler.graph.passes import simplify, strip_fake_quant, unfold_narrow_convs
+from tilewright.compiler.graph.passes import lower_qoperator, simplify, strip_fake_quant, unfold_narrow_convs
 from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_input, layer_report, quantize
 from tilewright.compiler.ops import Conv2dSpec, DenseSpec
 from tilewright.compiler.tune.log import TuningLog, TuningLogError
@@ -447,8 +447,9 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     started = time.perf_counter()
     graph = model if isinstance(model, Graph) else load_onnx(model)
     shapes, dynamic = _input_shapes(graph, batch)
-    graph, given_ranges = strip_fake_quant(graph)
-    graph = simplify(graph)
+    source = lower_qoperator(graph)
+    graph, given = strip_fake_quant(source)
+    graph = simplify(graph, keep=set(given))
     _check_supported(graph)
     meta = {"source": graph.name, "method": None, "per_channel": None, "layers": []}
     sample = {i.name: np.zeros(shapes[i.name], i.dtype) for i in graph.inputs}
@@ -456,11 +457,10 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
         feeds = _calibration_feeds(graph, calibration, shapes, dynamic, log)
         log(f"calibrating ({method}) on {sum(len(next(iter(f.values()))) for f in feeds)} sample(s)")
         ranges = calibrate(graph, feeds, method=method, percentile=percentile)
-        if given_ranges:       # a QDQ model's own scales win over calibration
-            log(f"using the model's quantization scales (QuantizeLinear/DequantizeLinear) for "
-                f"{len(given_ranges)} tensor(s)")
-            ranges.update(given_ranges)
-        quantized, layers = quantize(graph, ranges, with_layers=True, per_channel=per_channel)
+        if given:       # a pre-quantized model's own scales and zero points win over calibration
+            log(f"using the model's quantization (QuantizeLinear/DequantizeLinear scales and zero points) for "
+                f"{len(given)} tensor(s)")
+        quantized, layers = quantize(graph, ranges, qparams=given, with_layers=True, per_channel=per_channel)
         quantized = unfold_narrow_convs(quantized, cfg.block_in) if unfold else quantized
         sample = {k: _pad_batch(v[:shapes[k][0]], shapes[k][0]) for k, v in feeds[0].items()}
         _, env = run_graph(quantized, sample, keep=True)
@@ -468,8 +468,10 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
         meta["layers"] = [dict(name=layer.name, mul=layer.mul, shift=layer.shift, sqnr_db=round(db, 2),
                                per_channel=layer.per_channel, multiplier_error=layer.multiplier_error,
                                input_scale=layer.input_scale, weight_scale=layer.weight_scale,
-                               output_scale=layer.output_scale)
-                          for layer, db in layer_report(graph, quantized, layers, sample, quant_env=env)]
+                               output_scale=layer.output_scale, input_zero_point=layer.input_zero_point,
+                               output_zero_point=layer.output_zero_point)
+                          for layer, db in layer_report(source if given else graph, quantized, layers, sample,
+                                                        quant_env=env)]
     else:
         quantized = graph
         # (shapes are needed only for accelerator layers; a model without any need not run on zeros, which

@@ -14,13 +14,14 @@ from .host import run_node
 from .ir import Node, TensorInfo
 
 __all__ = ["simplify", "fold_constants", "remove_identities", "fold_batch_norm", "remove_dead", "fuse",
-           "unfold_narrow_convs", "strip_fake_quant"]
+           "unfold_narrow_convs", "strip_fake_quant", "quantization_params", "lower_qoperator"]
 
 
-def simplify(graph):
-    for step in (remove_identities, fold_constants, fold_batch_norm, remove_dead, fuse):
+def simplify(graph, keep=frozenset()):
+    """All the passes below in order; ``keep`` names tensors fusion must not absorb (see :func:`fuse`)."""
+    for step in (remove_identities, fold_constants, fold_batch_norm, remove_dead):
         graph = step(graph)
-    return graph
+    return fuse(graph, keep)
 
 
 def _rename(graph, mapping):
@@ -46,40 +47,58 @@ def remove_identities(graph):
     return graph.replace(nodes=nodes)
 
 
+def quantization_params(node, constants):
+    """``(scale, zero point)`` of a QuantizeLinear/DequantizeLinear with one constant scale and an int8 or
+    uint8 zero point (or none), else None. The zero point is given in the int8 domain: a uint8 tensor
+    ``u`` stands for the int8 ``u - 128`` with its zero point moved the same way, which changes no value
+    the pair represents (``s · (u - z) = s · ((u - 128) - (z - 128))``)."""
+    scale = constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    zp = constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else np.array(0, np.uint8)
+    if scale is None or np.size(scale) != 1 or np.size(zp) != 1 or zp.dtype not in (np.int8, np.uint8) \
+            or node.attr("output_dtype", 0) or not float(np.asarray(scale).reshape(())) > 0:
+        return None
+    return float(np.asarray(scale).reshape(())), int(zp.reshape(())) - (128 if zp.dtype == np.uint8 else 0)
+
+
 def strip_fake_quant(graph):
     """QuantizeLinear → DequantizeLinear pairs on activations (a QDQ model's fake quantization) removed;
-    returns ``(graph, ranges)`` with each such tensor's range (``127 · scale``) as the model gives it.
+    returns ``(graph, qparams)``: ``{tensor: (scale, zero point)}`` as the model quantizes each float tensor.
 
-    Only symmetric int8 pairs (zero point 0, one scale, the same on both
-    sides) are taken: exactly what :mod:`quantize` produces from a range, so
-    the model's own scales are kept. Others stay as they are (and run on the
-    host). Quantized weights (DequantizeLinear of a constant) are left to
-    :func:`fold_constants`.
+    A pair is taken when its quantization is one scale and an int8 or uint8
+    zero point (:func:`quantization_params`) and every reader of the
+    quantized tensor dequantizes it the same way. ``qparams`` holds those
+    tensors and also the input of every other such QuantizeLinear and the
+    output of every such DequantizeLinear of a computed tensor (a QOperator
+    model's edges): the quantizer then gives the accelerator's layers the
+    model's own scales and zero points. A tensor quantized two different
+    ways gets none. Quantized weights (DequantizeLinear of a constant) are
+    left to :func:`fold_constants`.
     """
     constants, consumers = graph.constants, graph.consumers()
     outputs = {o.name for o in graph.outputs}
-    mapping, drop, ranges = {}, set(), {}
+    mapping, drop, seen = {}, set(), {}
 
-    def params(node):
-        scale = constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
-        zp = constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-        if scale is None or np.size(scale) != 1 or zp is None or zp.dtype != np.int8 or np.any(zp != 0):
-            return None
-        return float(np.asarray(scale).reshape(()))
+    def record(tensor, params):
+        seen.setdefault(tensor, set()).add(params)
 
-    for q in graph.nodes:
-        if q.op != "QuantizeLinear" or q.inputs[0] in constants or q.outputs[0] in outputs:
+    for node in graph.nodes:
+        params = quantization_params(node, constants) if node.op in ("QuantizeLinear", "DequantizeLinear") else None
+        if params is None or node.inputs[0] in constants:
             continue
-        s_q, readers = params(q), consumers.get(q.outputs[0], [])
-        if s_q is None or not readers or any(r.op != "DequantizeLinear" or params(r) != s_q for r in readers):
+        if node.op == "DequantizeLinear":
+            record(node.outputs[0], params)
+            continue
+        record(node.inputs[0], params)
+        readers = consumers.get(node.outputs[0], [])
+        if node.outputs[0] in outputs or not readers or any(
+                r.op != "DequantizeLinear" or quantization_params(r, constants) != params for r in readers):
             continue
         for dq in readers:
-            mapping[dq.outputs[0]] = q.inputs[0]
+            mapping[dq.outputs[0]] = node.inputs[0]
             drop.add(id(dq))
-        drop.add(id(q))
-        ranges[q.inputs[0]] = 127.0 * s_q
+        drop.add(id(node))
     if not mapping:
-        return graph, {}
+        return graph, _agreed(seen, mapping)
     kept = [n for n in graph.nodes if id(n) not in drop]
     nodes, name = _rename(graph.replace(nodes=kept), mapping)
     graph_outputs = [TensorInfo(o.name, o.shape, o.dtype) for o in graph.outputs]
@@ -88,7 +107,85 @@ def strip_fake_quant(graph):
     for o in graph.outputs:
         if name(o.name) != o.name:
             kept_graph.nodes.append(Node("Identity", [name(o.name)], [o.name], {}, f"{o.name}/out"))
-    return remove_unused_constants(kept_graph), ranges
+    return remove_unused_constants(kept_graph), _agreed(seen, mapping)
+
+
+def _agreed(seen, mapping):
+    """The tensors (renamed per ``mapping``, a stripped DequantizeLinear's output to its pair's input) quantized
+    one way only."""
+    found = {}
+    for tensor, params in seen.items():
+        while tensor in mapping:
+            tensor = mapping[tensor]
+        found.setdefault(tensor, set()).update(params)
+    return {t: next(iter(p)) for t, p in found.items() if len(p) == 1}
+
+
+def lower_qoperator(graph):
+    """A QOperator model's QLinearConv, QLinearMatMul and QGemm in QDQ form (DequantizeLinear → Conv /
+    MatMul / Gemm with float weights and bias → QuantizeLinear), so that they fuse and quantize as a QDQ
+    model's layers do and run on the accelerator with the model's scales, zero points and int8 weights.
+
+    Taken only where the accelerator can run the result: constant weights
+    with zero point 0, activations with one scale and an int8/uint8 zero
+    point, a 2-D convolution of one group without dilation, equal strides
+    and pads, and a quantized output. The others stay as they are and run on
+    the host with ONNX's integer semantics.
+    """
+    constants, nodes = dict(graph.constants), []
+    for n in graph.nodes:
+        lowered = _lowered_qoperator(n, constants)
+        nodes.extend(lowered if lowered is not None else [n])
+    return remove_unused_constants(graph.replace(nodes=nodes, constants=constants))
+
+
+#: Input positions of (x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias) in each QOperator node.
+_QOPERATOR_INPUTS = {"QLinearConv": (0, 1, 2, 3, 4, 5, 6, 7, 8), "QLinearMatMul": (0, 1, 2, 3, 4, 5, 6, 7, None),
+                     "QGemm": (0, 1, 2, 3, 4, 5, 7, 8, 6)}
+
+
+def _lowered_qoperator(n, constants):
+    """``[DequantizeLinear, Conv/MatMul/Gemm, QuantizeLinear]`` for QOperator node ``n``, or None (kept)."""
+    if n.op not in _QOPERATOR_INPUTS:
+        return None
+    x, sx, zx, w, sw, zw, sy, zy, b = (n.inputs[k] if k is not None and k < len(n.inputs) else ""
+                                       for k in _QOPERATOR_INPUTS[n.op])
+    act_in, act_out = (Node("QuantizeLinear", [x, sx, zx], [""]), Node("QuantizeLinear", ["", sy, zy], [""]))
+    if w not in constants or not sy or x in constants or any(
+            t and t not in constants for t in (sx, zx, sw, zw, sy, zy, b)) \
+            or quantization_params(act_in, constants) is None or quantization_params(act_out, constants) is None \
+            or (zw and np.any(constants[zw] != 0)) or n.attr("transA", 0):
+        return None
+    wq = constants[w].astype(np.float64)
+    if n.op == "QLinearConv":
+        trial = Node("TwConv", [], [], n.attrs, n.name)
+        from .quantize import host_reason      # (quantize imports this module)
+        if wq.ndim != 4 or host_reason(trial) is not None:
+            return None
+        channel_axis = 0
+    else:
+        if wq.ndim != 2:
+            return None
+        channel_axis = 0 if n.op == "QGemm" and n.attr("transB", 0) else 1
+    alpha = n.attr("alpha", 1.0) if n.op == "QGemm" else 1.0
+    w_scale = np.asarray(constants[sw], np.float64).ravel()
+    if w_scale.size not in (1, wq.shape[channel_axis]):
+        return None
+    shape = [1] * wq.ndim
+    shape[channel_axis] = -1
+    wf, xf, yf = f"{n.name}/w_float", f"{n.name}/x_float", f"{n.name}/y_float"
+    constants[wf] = (wq * (alpha * w_scale).reshape(shape)).astype(np.float32)
+    inputs = [xf, wf]
+    if b:
+        bf = f"{n.name}/b_float"
+        constants[bf] = (constants[b].astype(np.float64).ravel() * alpha * float(constants[sx]) * w_scale
+                         ).astype(np.float32)
+        inputs.append(bf)
+    op = {"QLinearConv": "Conv", "QLinearMatMul": "MatMul", "QGemm": "Gemm"}[n.op]
+    attrs = {k: v for k, v in n.attrs.items() if k not in ("alpha",)} if op != "MatMul" else {}
+    return [Node("DequantizeLinear", [x, sx, zx] if zx else [x, sx], [xf], {}, xf),
+            Node(op, inputs, [yf], attrs, n.name),
+            Node("QuantizeLinear", [yf, sy, zy] if zy else [yf, sy], [n.outputs[0]], {}, f"{n.name}/y")]
 
 
 def fold_constants(graph):
@@ -146,8 +243,12 @@ def remove_unused_constants(graph):
 
 # -- fusion ----------------------------------------------------------------------------------
 
-def fuse(graph):
+def fuse(graph, keep=frozenset()):
     """Conv/Gemm/MatMul [+ bias Add] [+ residual Add] [+ Relu | Clip] → one TwConv/TwDense node.
+
+    A tensor in ``keep`` ends a fused node: a pre-quantized model quantizes
+    it (``strip_fake_quant``'s qparams), so it must exist, rounded as the
+    model rounds it, rather than be an intermediate sum in the accumulator.
 
     A TwConv has inputs ``(x, w, b, residual)`` (b and residual may be ``""``)
     and attributes ``strides, pads, dilations, group`` and ``act`` (``"none"``,
@@ -162,7 +263,7 @@ def fuse(graph):
 
     def single_next(tensor, op=None):
         users = consumers.get(tensor, [])
-        if tensor in outputs or len(users) != 1 or (op and users[0].op not in op) or id(users[0]) in absorbed:
+        if tensor in outputs or tensor in keep or len(users) != 1 or (op and users[0].op not in op) or id(users[0]) in absorbed:
             return None
         return users[0]
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright.isa import IMM_BITS, SHIFT_BITS
+from tilewright.semantics import wrap
 
 from .host import QUANTIZED_WIDTHS, run_graph, run_node
 from .ir import ModelError, Node, TensorInfo
@@ -141,6 +142,8 @@ class QuantLayer:
     residual_shift: int = 0
     per_channel: bool = False
     multiplier_error: float = 0.0  # worst relative error of the integer rescale(s)
+    input_zero_point: int = 0
+    output_zero_point: int = 0
 
 
 #: Input roles of the quantized layers, in order ("" for an absent optional input).
@@ -158,11 +161,16 @@ def layer_input(node, role):
 class _Requant:
     """One layer's integer weights and requantizer (see :func:`quantize`)."""
     weights: np.ndarray            # int8
-    bias: np.ndarray               # float, rounded; clipped to int32 by the caller
+    bias: np.ndarray               # int64; wrapped to int32 by the caller
     scale: np.ndarray | None       # int32 per output channel, or None (per-tensor)
     attrs: dict                    # mul, shift[, residual_mul, residual_shift]
     weight_scale: float            # the largest
     error: float                   # worst relative error of the integer rescales
+
+
+def _int32_bias(b):
+    """A rounded float bias as int64, clipped to the int32 range."""
+    return np.clip(b, -ACC_LIMIT, ACC_LIMIT - 1).astype(np.int64)
 
 
 def _residual_rescale(k):
@@ -186,32 +194,73 @@ def _requant_per_tensor(w, s_x, s_y, b, preact_peak, s_r):
         r_mul, r_shift, r_error = _residual_rescale(s_r / acc_scale)
         attrs |= dict(residual_mul=r_mul, residual_shift=r_shift)
         error = max(error, r_error)
-    return _Requant(wq, np.rint(b / acc_scale) + half, None, attrs, s_w, error)
+    return _Requant(wq, _int32_bias(np.rint(b / acc_scale) + half), None, attrs, s_w, error)
 
 
-def _requant_per_channel(w, s_x, s_y, b, preact_peak, s_r):
-    """int8 weights with one scale per output channel: each channel's accumulator is multiplied by its own
-    ``scale`` (an int32 vector) to the common fixed point ``2**-shift`` output steps, where bias and
-    residual join it."""
-    s_w = np.maximum(np.abs(w).reshape(len(w), -1).max(axis=1), 1e-8) / 127.0
+def _requant_per_channel(w, s_x, s_y, b, preact_peak, s_r, *, s_w=None, z_x=0, z_y=0, z_r=0,
+                         margin=OVERFLOW_MARGIN):
+    """int8 weights with one scale per output channel (``s_w``, or each channel's largest weight / 127):
+    each channel's accumulator is multiplied by its own ``scale`` (an int32 vector) to the common fixed
+    point ``2**-shift`` output steps, where bias and residual join it.
+
+    Zero points of input, output and residual (``z_x``, ``z_y``, ``z_r``) become
+    constant terms of the bias, exactly: the accumulator sums ``w · x`` where
+    the layer means ``w · (x - z_x)`` (the input is padded with ``z_x``), so
+    ``z_x · Σw`` (times the channel's scale) is taken off; the output step
+    ``z_y`` is ``z_y · 2**shift`` before the shift; the residual's
+    ``z_r · residual_mul << residual_shift`` is taken off. The hardware's
+    integer arithmetic wraps modulo 2**32, so terms that overflow on the way
+    cancel; only the final sum must fit, which the shift ensures
+    (``preact_peak`` times ``margin`` fits).
+    """
+    if s_w is None:
+        s_w = np.maximum(np.abs(w).reshape(len(w), -1).max(axis=1), 1e-8) / 127.0
     wq = np.clip(np.rint(w / s_w.reshape((-1,) + (1,) * (w.ndim - 1))), -127, 127).astype(np.int8)
     # the largest shift that keeps the calibrated sum (in output steps · 2**shift) inside int32
-    steps = OVERFLOW_MARGIN * preact_peak / s_y
+    steps = margin * preact_peak / s_y + abs(z_y)
     shift = int(min(SHIFT_MAX, max(0, math.floor(math.log2((ACC_LIMIT - 1) / max(steps, 1.0))))))
     exact = s_x * s_w / s_y * 2 ** shift
     scale = np.clip(np.rint(exact), 0, ACC_LIMIT - 1)
-    bias = np.rint(b / s_y * 2 ** shift) + (2 ** (shift - 1) if shift else 0)
+    bias = _int32_bias(np.rint(b / s_y * 2 ** shift) + (2 ** (shift - 1) if shift else 0) + z_y * 2 ** shift)
+    # (int64 products wrap modulo 2**64, a multiple of the 2**32 that matters)
+    bias -= z_x * wq.astype(np.int64).reshape(len(wq), -1).sum(axis=1) * scale.astype(np.int64)
     attrs = dict(mul=1, shift=shift)
     error = float(np.max(np.abs(scale - exact) / np.maximum(exact, 1e-30))) if len(exact) else 0.0
     if s_r is not None:
         r_mul, r_shift, r_error = _residual_rescale(s_r / s_y * 2 ** shift)
         attrs |= dict(residual_mul=r_mul, residual_shift=r_shift)
         error = max(error, r_error)
+        bias -= z_r * r_mul * 2 ** r_shift
     return _Requant(wq, bias, scale.astype(np.int32), attrs, float(s_w.max()), error)
+
+
+def _worst_preact(w, b, x_params, r_params):
+    """The largest ``|w · x + b + r|`` (real units) any int8 input and residual with these (scale, zero point)
+    can give."""
+    def reach(params):
+        s, z = params
+        return 0.0 if s is None else s * max(127 - z, z + 128)
+    return float(np.abs(w).reshape(len(w), -1).sum(axis=1).max() * reach(x_params) + np.abs(b).max(initial=0)
+                 + reach(r_params))
+
+
+def model_weight_scales(w):
+    """Per output channel, the scale of the int8 grid float weights ``w`` already lie on (a pre-quantized
+    model's: one scale for the layer, else one per channel, each its largest weight / 127), or None."""
+    def on_grid(s):
+        q = w / s.reshape((-1,) + (1,) * (w.ndim - 1))
+        return np.all(np.abs(q - np.rint(q)) < 1e-3)
+    peaks = np.abs(w).reshape(len(w), -1).max(axis=1)
+    for s in (np.full(len(w), peaks.max() / 127.0), peaks / 127.0):
+        if np.all(s > 0) and on_grid(s):
+            return s
+    return None
 
 
 def host_reason(node):
     """Why the accelerator cannot run fused layer ``node`` (it then stays on the host in float), or None."""
+    if node.attr("host_reason"):        # found by quantize (see output_reason)
+        return node.attr("host_reason")
     if node.op == "TwDense":
         return None
     if node.op != "TwConv":
@@ -235,6 +284,20 @@ def host_reason(node):
     return None
 
 
+def output_reason(node, s_y, z_y, given):
+    """Why fused layer ``node`` cannot write int8 output of scale ``s_y`` and zero point ``z_y`` (``given``:
+    the model's, not to be changed) on the accelerator, or None. Its requantizer clips at 0 for a
+    ReLU, at -128 and 127 otherwise: a ReLU needs ``z_y`` at 0 or -128 (where the clip does it); a
+    Clip's upper bound must be no lower than what 127 stands for (only a calibrated scale is narrowed
+    to it)."""
+    act = node.attr("act", "none")
+    if act == "clip" and given and np.isfinite(node.attr("clip_max")) and node.attr("clip_max") / s_y + z_y < 127:
+        return f"Clip to {node.attr('clip_max')} inside the output's range"
+    if act != "none" and z_y not in (0, -128):
+        return f"{'ReLU' if act == 'relu' else 'Clip'} with output zero point {z_y} (needs 0 or -128)"
+    return None
+
+
 def _accelerated_conv(node):
     """Conv2dSpec-style parameters of a TwConv the accelerator runs, or None (it stays on the host)."""
     if host_reason(node) is not None:
@@ -242,75 +305,119 @@ def _accelerated_conv(node):
     return dict(stride=int(node.attr("strides", [1, 1])[0]), padding=int(node.attr("pads", [0, 0, 0, 0])[0]))
 
 
-def _relu(node):
-    return node.attr("act") == "relu" or node.attr("act") == "clip" and node.attr("clip_min") == 0.0
+def _relu(node, z_y=0):
+    """Whether the requantizer must clip at 0 (with output zero point -128 its clip at -128 does it)."""
+    return z_y == 0 and (node.attr("act") == "relu" or node.attr("act") == "clip" and node.attr("clip_min") == 0.0)
 
 
-def quantize(graph, ranges, *, with_layers=False, per_channel=True):
+def quantize(graph, ranges, *, qparams=None, with_layers=False, per_channel=True):
     """The quantized graph (and, with ``with_layers``, the :class:`QuantLayer` choices).
 
     ``per_channel``: one weight scale per output channel (the accelerator
     then multiplies each channel's accumulator by its own int32 factor, one
     ALU operation per output element); otherwise one scale per layer and
     the scalar multiplier of the STORE.
+
+    ``qparams``: ``{tensor: (scale, zero point)}`` a pre-quantized model gives
+    its tensors (:func:`~.passes.strip_fake_quant`); they win over
+    ``ranges``. A layer whose input comes so keeps the model's weights where
+    they lie on an int8 grid (:func:`model_weight_scales`). Zero points are
+    folded into the bias (see :func:`_requant_per_channel`, which such a
+    layer always uses), and an input with a zero point is padded with it on
+    the host (a ``Pad`` node) instead of with zeros by the accelerator.
     """
-    scale = {}                     # int8 tensor -> scale
+    qparams = qparams or {}
+    qp = {}                        # int8 tensor -> (scale, zero point)
     constants = dict(graph.constants)
     nodes, layers = [], []
     preact_peaks = _preact_peaks(graph, ranges)
 
-    def tensor_scale(name):
+    def tensor_qparams(name):
+        if name in qparams:
+            return qparams[name]
         r = ranges.get(name)
         if r is None:
             raise ModelError(f"tensor {name!r} has no calibrated range (was it computed for the samples?)")
-        return max(r, 1e-8) / 127.0
+        return max(r, 1e-8) / 127.0, 0
+
+    def linear(op, name, out, params):
+        constants[f"{out}/scale"] = np.array(params[0], dtype=np.float32)
+        constants[f"{out}/zp"] = np.array(params[1], dtype=np.int8)
+        nodes.append(Node(op, [name, f"{out}/scale", f"{out}/zp"], [out], {}, out))
 
     def as_int8(name):
         """``name`` as an int8 tensor (quantizing a float one on the way)."""
-        if name in scale:
+        if name in qp:
             return name
         q = f"{name}/q"
-        if q not in scale:
-            s = tensor_scale(name)
-            constants[f"{q}/scale"] = np.array(s, dtype=np.float32)
-            constants[f"{q}/zp"] = np.array(0, dtype=np.int8)
-            nodes.append(Node("QuantizeLinear", [name, f"{q}/scale", f"{q}/zp"], [q], {}, f"{q}"))
-            scale[q] = s
+        if q not in qp:
+            qp[q] = tensor_qparams(name)
+            linear("QuantizeLinear", name, q, qp[q])
         return q
 
     def as_float(name):
-        if name not in scale:
+        if name not in qp:
             return name
         f = f"{name}/f"
         if not any(f in n.outputs for n in nodes):
-            constants[f"{f}/scale"] = np.array(scale[name], dtype=np.float32)
-            constants[f"{f}/zp"] = np.array(0, dtype=np.int8)
-            nodes.append(Node("DequantizeLinear", [name, f"{f}/scale", f"{f}/zp"], [f], {}, f))
+            linear("DequantizeLinear", name, f, qp[name])
         return f
+
+    def padded(name, p):
+        """int8 ``name`` padded by ``p`` on both spatial sides with its zero point (a host Pad node)."""
+        out = f"{name}/pad{p}"
+        if out not in qp:
+            zp = np.array(qp[name][1], dtype=np.int8)
+            pads = [0, 0, p, p, 0, 0, p, p]
+            if graph.opset < 11:
+                nodes.append(Node("Pad", [name], [out], {"pads": pads, "value": float(zp)}, out))
+            else:
+                constants[f"{out}/pads"], constants[f"{out}/value"] = np.array(pads, dtype=np.int64), zp
+                nodes.append(Node("Pad", [name, f"{out}/pads", f"{out}/value"], [out], {}, out))
+            qp[out] = qp[name]
+        return out
 
     renamed = {}
     for node in graph.nodes:
         inputs = [renamed.get(i, i) for i in node.inputs]
         conv = _accelerated_conv(node) if node.op == "TwConv" else None
-        if node.op == "TwDense" or conv is not None:
-            x = as_int8(inputs[0])
-            w = constants[inputs[1]].astype(np.float64)
+        accelerated = node.op == "TwDense" or conv is not None
+        if accelerated:
             out = node.outputs[0]
-            s_x, s_y = scale[x], tensor_scale(out)
-            if node.attr("act") == "clip" and np.isfinite(node.attr("clip_max")):
+            s_y, z_y = tensor_qparams(out)
+            reason = output_reason(node, s_y, z_y, out in qparams)
+            if reason:          # (host_reason reports it in the partition table)
+                node, accelerated = Node(node.op, node.inputs, node.outputs, node.attrs | {"host_reason": reason},
+                                         node.name), False
+        if accelerated:
+            given = node.inputs[0] in qparams
+            x = as_int8(inputs[0])
+            (s_x, z_x), w = qp[x], constants[inputs[1]].astype(np.float64)
+            if node.attr("act") == "clip" and np.isfinite(node.attr("clip_max")) and out not in qparams:
                 s_y = min(s_y, node.attr("clip_max") / 127.0)
             b = constants[inputs[2]] if inputs[2] else np.zeros(w.shape[0])
             r = as_int8(inputs[3]) if conv is not None and len(inputs) > 3 and inputs[3] else None
-            rq = (_requant_per_channel if per_channel else _requant_per_tensor)(
-                w, s_x, s_y, b, preact_peaks[node.name], scale[r] if r else None)
+            s_r, z_r = qp[r] if r else (None, 0)
+            s_w = model_weight_scales(w) if given else None
+            if s_w is not None:     # the model's layer: no input it can take overflows it (ONNX's never does)
+                rq = _requant_per_channel(w, s_x, s_y, b, _worst_preact(w, b, (s_x, z_x), (s_r, z_r)), s_r,
+                                          s_w=s_w, z_x=z_x, z_y=z_y, z_r=z_r, margin=1.0)
+            elif per_channel or z_x or z_y or z_r:
+                rq = _requant_per_channel(w, s_x, s_y, b, preact_peaks[node.name], s_r, s_w=s_w, z_x=z_x, z_y=z_y,
+                                          z_r=z_r)
+            else:
+                rq = _requant_per_tensor(w, s_x, s_y, b, preact_peaks[node.name], s_r)
+            if conv is not None and z_x and conv["padding"]:
+                x, conv = padded(x, conv["padding"]), dict(conv, padding=0)
             op = "QConv" if conv is not None else "QDense"
             roles = dict(data=x, weight=f"{node.name}/wq", bias=f"{node.name}/bq", residual=r or "",
                          scale=f"{node.name}/scale" if rq.scale is not None else "")
             constants[roles["weight"]] = rq.weights
-            constants[roles["bias"]] = np.clip(rq.bias, -ACC_LIMIT, ACC_LIMIT - 1).astype(np.int32)
+            # (wrapped like the hardware's sums: zero-point terms may overflow on the way and cancel)
+            constants[roles["bias"]] = wrap(rq.bias, 32).astype(np.int32)
             if rq.scale is not None:
                 constants[roles["scale"]] = rq.scale
-            attrs = rq.attrs | dict(relu=_relu(node), input_scale=s_x, weight_scale=rq.weight_scale,
+            attrs = rq.attrs | dict(relu=_relu(node, z_y), input_scale=s_x, weight_scale=rq.weight_scale,
                                     output_scale=s_y)
             if conv is not None:
                 attrs |= dict(conv, kernel=list(rq.weights.shape[2:]))
@@ -319,21 +426,27 @@ def quantize(graph, ranges, *, with_layers=False, per_channel=True):
                 q_inputs.pop()
             q = f"{out}/q"
             nodes.append(Node(op, q_inputs, [q], attrs, node.name))
-            scale[q] = s_y
+            qp[q] = (s_y, z_y)
             renamed[out] = q
             layers.append(QuantLayer(node.name, node.op, s_x, rq.weight_scale, s_y, attrs["mul"], attrs["shift"],
                                      attrs.get("residual_mul", 0), attrs.get("residual_shift", 0),
-                                     rq.scale is not None, rq.error))
+                                     rq.scale is not None, rq.error, z_x, z_y))
         elif node.op == "Shape":        # reads only the shape: the int8 tensor will do
             nodes.append(Node(node.op, inputs, node.outputs, node.attrs, node.name))
-        elif node.op in INT8_EXACT_OPS and inputs[0] in scale:
+        elif node.op in INT8_EXACT_OPS and inputs[0] in qp and (node.op != "Relu" or qp[inputs[0]][1] == 0):
             q = f"{node.outputs[0]}/q"
             nodes.append(Node(node.op, [inputs[0]] + inputs[1:], [q], node.attrs, node.name))
-            scale[q] = scale[inputs[0]]
+            qp[q] = qp[inputs[0]]
             renamed[node.outputs[0]] = q
-        else:
-            nodes.append(Node(node.op, [as_float(i) if i else i for i in inputs], node.outputs, node.attrs,
+        else:           # on the host in float: what the model quantizes reaches it quantized
+            nodes.append(Node(node.op, [as_float(as_int8(i) if orig in qparams else i) if i else i
+                                        for i, orig in zip(inputs, node.inputs)], node.outputs, node.attrs,
                               node.name))
+            for o in node.outputs:      # the model quantizes it: so does the host, as the model does
+                if o in qparams and o not in (g.name for g in graph.outputs):
+                    qp[f"{o}/q"] = qparams[o]
+                    linear("QuantizeLinear", o, f"{o}/q", qparams[o])
+                    renamed[o] = f"{o}/q"
     outputs = []
     for o in graph.outputs:
         name = renamed.get(o.name, o.name)
@@ -361,15 +474,23 @@ def _preact_peaks(graph, ranges):
 def layer_report(float_graph, quant_graph, layers, feeds, *, quant_env=None):
     """``[(layer, SQNR dB of its output against the float model)]`` on ``feeds``.
 
+    ``float_graph``: the float model; for a pre-quantized one, the model as
+    it came (its QuantizeLinear → DequantizeLinear pairs round and clip: a
+    tensor they quantize is compared with its dequantized value).
     ``quant_env``: every tensor of ``quant_graph`` on ``feeds`` if already computed (``run_graph(keep=True)``).
     """
     _, f_env = run_graph(float_graph, feeds, keep=True)
+    producer = float_graph.producer()
+    for n in float_graph.nodes:
+        q = producer.get(n.inputs[0]) if n.op == "DequantizeLinear" else None
+        if q is not None and q.op == "QuantizeLinear":
+            f_env[q.inputs[0]] = f_env[n.outputs[0]]
     q_env = quant_env if quant_env is not None else run_graph(quant_graph, feeds, keep=True)[1]
     by_name = {n.name: n for n in quant_graph.nodes}
     rows = []
     for layer in layers:
         node = by_name[layer.name]
         out = node.outputs[0]
-        approx = q_env[out].astype(np.float64) * layer.output_scale
+        approx = (q_env[out].astype(np.float64) - layer.output_zero_point) * layer.output_scale
         rows.append((layer, sqnr_db(f_env[out.removesuffix("/q")], approx)))
     return rows

@@ -1,13 +1,11 @@
-"""onnxruntime's quantized contrib operators (com.microsoft) on the host, against onnxruntime itself, and a
-CNN that onnxruntime's quantize_static turned into them (QOperator format) end to end."""
+"""onnxruntime's quantized contrib operators (com.microsoft) on the host, against onnxruntime itself (whole
+models quantized by onnxruntime: tests/runtime/test_prequantized_models.py)."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tilewright.compiler.graph import ModelError, load_onnx, run_graph
-from tilewright.runtime.model import compile_model
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(0)
@@ -121,43 +119,3 @@ def test_an_unknown_contrib_operator_is_one_line():
     with pytest.raises(ModelError) as e:
         load_onnx(model.SerializeToString())
     assert "com.microsoft operator QLinearFrobnicate is not supported" in str(e.value) and "\n" not in str(e.value)
-
-
-def test_a_cnn_quantized_by_onnxruntime_in_qoperator_format_runs_as_onnxruntime_does(tmp_path):
-    """A small residual CNN through onnxruntime's quantize_static (QOperator: QLinearConv, QLinearAdd,
-    QLinearGlobalAveragePool, QGemm) compiles and gives onnxruntime's output exactly."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-    inits = []
-
-    def init(name, *shape):
-        inits.append(numpy_helper.from_array((RNG.standard_normal(shape) * 0.3).astype(np.float32), name))
-        return name
-    nodes = [helper.make_node("Conv", ["x", init("w1", 8, 3, 3, 3), init("b1", 8)], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", init("w2", 8, 8, 3, 3), init("b2", 8)], ["c2"], pads=[1, 1, 1, 1]),
-             helper.make_node("Add", ["c2", "r1"], ["a"]),
-             helper.make_node("Relu", ["a"], ["r2"]),
-             helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
-             helper.make_node("Flatten", ["g"], ["f"]),
-             helper.make_node("Gemm", ["f", init("w3", 10, 8), init("b3", 10)], ["y"], transB=1)]
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, tmp_path / "cnn.onnx")
-    samples = [{"x": RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(8)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.items = iter(samples)
-
-        def get_next(self):
-            return next(self.items, None)
-    quantize_static(tmp_path / "cnn.onnx", tmp_path / "q.onnx", Reader(), quant_format=QuantFormat.QOperator)
-    quantized = onnx.load(tmp_path / "q.onnx")
-    assert {"QLinearAdd", "QLinearGlobalAveragePool", "QGemm"} <= {n.op_type for n in quantized.graph.node}
-    compiled = compile_model(tmp_path / "q.onnx", "tiny")
-    session = _session(quantized)
-    for _ in range(4):
-        x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
-        np.testing.assert_array_equal(compiled.run({"x": x})["y"], session.run(None, {"x": x})[0])

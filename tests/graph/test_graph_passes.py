@@ -117,22 +117,3 @@ def test_unfold_narrow_convs_moves_data_only():
     np.testing.assert_array_equal(run_graph(unfolded, {"x": x})["z"], run_graph(graph, {"x": x})["z"])
     # a full block of channels, or a 1x1 kernel, stays as it is
     assert [n.op for n in unfold_narrow_convs(graph, block_in=2).nodes] == ["QConv", "QConv"]
-
-
-def test_strip_fake_quant_takes_symmetric_int8_pairs_only():
-    from tilewright.compiler.graph.passes import strip_fake_quant
-    inits = {"s": np.array(0.1, np.float32), "z0": np.array(0, np.int8), "z3": np.array(3, np.int8)}
-    nodes = [helper.make_node("Relu", ["x"], ["a"]),
-             helper.make_node("QuantizeLinear", ["a", "s", "z0"], ["aq"]),
-             helper.make_node("DequantizeLinear", ["aq", "s", "z0"], ["ad"]),
-             helper.make_node("QuantizeLinear", ["ad", "s", "z3"], ["bq"]),       # asymmetric: kept
-             helper.make_node("DequantizeLinear", ["bq", "s", "z3"], ["y"])]
-    model = _model(nodes, inits, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
-    graph = load_onnx(model.SerializeToString())
-    stripped, ranges = strip_fake_quant(graph)
-    assert ranges == {"a": pytest.approx(12.7)}
-    assert [n.op for n in stripped.nodes] == ["Relu", "QuantizeLinear", "DequantizeLinear"]
-    assert stripped.nodes[1].inputs[0] == "a"
-    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
-    np.testing.assert_allclose(run_graph(stripped, {"x": x})["y"], run_graph(graph, {"x": x})["y"], atol=0.1)

@@ -247,14 +247,15 @@ def test_digits_demo_meets_its_targets():
 
 
 def test_prequantized_model_runs_with_onnx_semantics():
-    """A QLinearConv model needs no calibration; it runs on the host exactly as onnx.reference says."""
+    """A QLinearConv model the accelerator cannot run (two groups) stays on the host, exactly as onnx.reference
+    says."""
     from onnx.reference import ReferenceEvaluator
     rng = np.random.default_rng(10)
-    inits = {"xs": np.array(0.05, np.float32), "xz": np.array(3, np.int8), "w": rng.integers(-20, 20, (4, 2, 3, 3),
+    inits = {"xs": np.array(0.05, np.float32), "xz": np.array(3, np.int8), "w": rng.integers(-20, 20, (4, 1, 3, 3),
              dtype=np.int8), "ws": np.array(0.02, np.float32), "wz": np.array(0, np.int8),
              "ys": np.array(0.1, np.float32), "yz": np.array(-2, np.int8)}
     node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], name="qconv",
-                            pads=[1, 1, 1, 1])
+                            pads=[1, 1, 1, 1], group=2)
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 2, 5, 5])],
                           [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 4, 5, 5])],
                           [numpy_helper.from_array(v, k) for k, v in inits.items()])
