@@ -14,6 +14,14 @@ int8 outputs): one
 ALU operation per term, in place (the compiler moves bias, ``mul``, ``shift``
 and the clip into the STORE). ``scale`` is an optional per-output-channel
 int32 multiplier (layout like the bias): per-channel requantization.
+
+A **depthwise** conv2d (ONNX's group = channels, one output channel per
+input channel) runs on the same GEMM: output channel block ``o`` sums over
+input block ``o`` alone, with weight blocks ``(O/o, 1, KH, KW, o, i)`` that
+are diagonal (``runtime.layout.pack_depthwise``). A GEMM micro-op then
+does the ``block`` useful products of a block's channels at one tap, in the
+cycle a dense one does ``block²``: the GEMM core's rate for depthwise work is
+``batch · block`` MACs per cycle, and that is its compute roof.
 """
 
 import itertools
@@ -54,6 +62,7 @@ class Conv2dSpec:
     residual_mul: int = 1         # the residual is added as (residual · residual_mul) << residual_shift (ALU)
     residual_shift: int = 0
     scale: bool = False           # per-output-channel multiplier of the accumulator (an ALU vector MUL)
+    depthwise: bool = False       # each channel convolved alone (see the module's docstring)
 
     @property
     def out_height(self):
@@ -65,8 +74,13 @@ class Conv2dSpec:
 
     @property
     def macs(self):
-        return (self.batch * self.out_channels * self.out_height * self.out_width * self.in_channels
-                * self.kernel[0] * self.kernel[1])
+        """Multiply-accumulates the layer means (a depthwise one: one input channel per output)."""
+        return (self.batch * self.out_channels * self.out_height * self.out_width
+                * (1 if self.depthwise else self.in_channels) * self.kernel[0] * self.kernel[1])
+
+    def reduce_blocks(self, cfg):
+        """Input channel blocks each output channel block sums over: all of them, or (depthwise) its own."""
+        return 1 if self.depthwise else self.in_channels // cfg.block_in
 
 
 @dataclass(frozen=True)
@@ -165,15 +179,17 @@ def conv2d_compute(spec, cfg):
     NB, CB, OB = spec.batch // c.batch, spec.in_channels // c.block_in, spec.out_channels // c.block_out
     KH, KW = spec.kernel
     s, p = spec.stride, spec.padding
+    RB = spec.reduce_blocks(c)
     data = te.placeholder((NB, CB, spec.height, spec.width, c.batch, c.block_in), f"int{c.inp_width}", "data")
-    weight = te.placeholder((OB, CB, KH, KW, c.block_out, c.block_in), f"int{c.wgt_width}", "weight")
+    weight = te.placeholder((OB, RB, KH, KW, c.block_out, c.block_in), f"int{c.wgt_width}", "weight")
     padded = te.pad(data, (0, 0, p, p, 0, 0), (0, 0, p, p, 0, 0), "data_pad") if p else data
-    ic, kh, kw, ii = (te.reduce_axis(CB, "ic"), te.reduce_axis(KH, "kh"), te.reduce_axis(KW, "kw"),
+    ic, kh, kw, ii = (te.reduce_axis(RB, "ic"), te.reduce_axis(KH, "kh"), te.reduce_axis(KW, "kw"),
                       te.reduce_axis(c.block_in, "ii"))
     shape = (NB, OB, spec.out_height, spec.out_width, c.batch, c.block_out)
+    # depthwise: output block o reads input block o (its weight blocks are diagonal: see pack_depthwise)
     conv = te.compute(shape, lambda n, o, y, x, b, oo: te.sum(
-        padded[n, ic, y * s + kh, x * s + kw, b, ii].astype(acc) * weight[o, ic, kh, kw, oo, ii].astype(acc),
-        [ic, kh, kw, ii]), "conv", dtype=acc)
+        padded[n, o + ic if spec.depthwise else ic, y * s + kh, x * s + kw, b, ii].astype(acc)
+        * weight[o, ic, kh, kw, oo, ii].astype(acc), [ic, kh, kw, ii]), "conv", dtype=acc)
     inputs = {"data": data, "weight": weight}
     if spec.bias:
         inputs["bias"] = te.placeholder((OB, c.batch, c.block_out), acc, "bias")
@@ -213,7 +229,7 @@ def _conv_needs(spec, cfg, t):
     KH, KW = spec.kernel
     rows = (t.rows - 1) * spec.stride + KH
     cols = (t.cols - 1) * spec.stride + KW
-    inp = t.in_channels * rows * cols
+    inp = (t.out_channels if spec.depthwise else t.in_channels) * rows * cols
     wgt = t.out_channels * t.in_channels * KH * KW
     out = t.out_channels * t.rows * t.cols
     acc = out + t.out_channels * (spec.bias + spec.scale) + (out if spec.residual else 0)
@@ -250,13 +266,14 @@ def conv_cost(spec, cfg, t):
     """The :class:`ConvCost` of tiles ``t``."""
     c = cfg
     KH, KW = spec.kernel
-    CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
+    RB, OB = spec.reduce_blocks(c), spec.out_channels // c.block_out
     rows, cols = (t.rows - 1) * spec.stride + KH, (t.cols - 1) * spec.stride + KW
+    inp_blocks = t.out_channels if spec.depthwise else t.in_channels
     beats = {m: -(-c.elem_bytes(m) // c.bus_bytes) for m in ("inp", "wgt", "out")}
     tiles = (OB // t.out_channels) * (spec.out_height // t.rows) * (spec.out_width // t.cols) * (spec.batch // c.batch)
     return ConvCost(
-        tiles=tiles, steps=tiles * (CB // t.in_channels),
-        load=(t.in_channels * (rows * cols * beats["inp"] + LOAD_OVERHEAD)
+        tiles=tiles, steps=tiles * (RB // t.in_channels),
+        load=(inp_blocks * (rows * cols * beats["inp"] + LOAD_OVERHEAD)
               + t.out_channels * t.in_channels * KH * KW * beats["wgt"] + LOAD_OVERHEAD),
         gemm=t.out_channels * t.rows * t.cols * t.in_channels * KH * KW + 2 * GEMM_OVERHEAD,
         store=t.out_channels * (t.rows * t.cols * beats["out"] + STORE_OVERHEAD))
@@ -302,9 +319,9 @@ def conv_tiles(spec, cfg, threads=None):
 
 def _conv_candidates(spec, c, T):
     """``(key, ConvTiles)`` for every tiling with ``T`` threads that fits: estimated cycles, then larger tiles."""
-    CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
+    RB, OB = spec.reduce_blocks(c), spec.out_channels // c.block_out
     for to, th, tw, ti in itertools.product(_divisors(OB), _divisors(spec.out_height), _divisors(spec.out_width),
-                                            _divisors(CB)):
+                                            _divisors(RB)):
         try:
             axis = None if T == 1 else _thread_axis(T, None, {"out_channels": OB // to, "rows": spec.out_height // th})
         except ScheduleError:
@@ -320,9 +337,9 @@ def conv_space(spec, config="default"):
     columns and input channel blocks), virtual threads and the tile loop they split. Valid points fit the
     buffers (:func:`_conv_needs`) and split their loop evenly; :func:`conv_tiles` is one of them."""
     c = load_config(config)
-    CB, OB = spec.in_channels // c.block_in, spec.out_channels // c.block_out
+    RB, OB = spec.reduce_blocks(c), spec.out_channels // c.block_out
     knobs = [Knob("out_channels", tuple(_divisors(OB))), Knob("rows", tuple(_divisors(spec.out_height))),
-             Knob("cols", tuple(_divisors(spec.out_width))), Knob("in_channels", tuple(_divisors(CB))),
+             Knob("cols", tuple(_divisors(spec.out_width))), Knob("in_channels", tuple(_divisors(RB))),
              Knob("threads", THREADS), Knob("thread_axis", (None, "out_channels", "rows"))]
 
     def problem(p):
@@ -336,6 +353,10 @@ def conv2d(spec, config="default", tiles=None):
     """``(schedule, inputs, output)`` of a packed conv2d with its default (or given) schedule."""
     cfg = load_config(config)
     _check_packed(cfg, batch=spec.batch, in_channels=spec.in_channels, out_channels=spec.out_channels)
+    if spec.depthwise and (spec.in_channels != spec.out_channels or cfg.block_in != cfg.block_out):
+        raise ScheduleError(f"a depthwise conv2d needs as many output channels as input ones "
+                            f"({spec.out_channels} vs {spec.in_channels}) and square GEMM blocks "
+                            f"(block_in {cfg.block_in}, block_out {cfg.block_out})")
     if spec.out_height < 1 or spec.out_width < 1:
         raise ScheduleError(f"kernel {spec.kernel} does not fit the padded {spec.height}x{spec.width} input")
     t = tiles or conv_tiles(spec, cfg)

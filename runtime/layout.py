@@ -5,14 +5,16 @@ config's blocks, so any shape can be packed; unpacking crops the padding.
 
 * ``pack_nchw``: NCHW → ``(N/b, C/i, H, W, b, i)``; ``unpack_nchw`` the inverse for outputs
   ``(N/b, C/o, H, W, b, o)``.
-* ``pack_oihw``: OIHW → ``(O/o, I/i, KH, KW, o, i)``.
+* ``pack_oihw``: OIHW → ``(O/o, I/i, KH, KW, o, i)``; ``pack_depthwise``: C×1×KH×KW → ``(C/o, 1, KH, KW, o, o)``,
+  diagonal blocks.
 * ``pack_rows`` / ``unpack_rows``: N×K → ``(N/b, K/i, b, i)`` (dense data and weights).
 * ``pack_bias``: per-channel int32 → ``(O/o, b, o)``, repeated over the batch rows.
 """
 
 import numpy as np
 
-__all__ = ["round_up", "pack_nchw", "unpack_nchw", "pack_oihw", "pack_rows", "unpack_rows", "pack_bias"]
+__all__ = ["round_up", "pack_nchw", "unpack_nchw", "pack_oihw", "pack_depthwise", "pack_rows", "unpack_rows",
+           "pack_bias"]
 
 
 def round_up(n, block):
@@ -45,6 +47,20 @@ def pack_oihw(w, block_out, block_in):
     O2, I2 = w.shape[:2]
     return np.ascontiguousarray(w.reshape(O2 // block_out, block_out, I2 // block_in, block_in, KH, KW)
                                 .transpose(0, 2, 4, 5, 1, 3))
+
+
+def pack_depthwise(w, block):
+    """Depthwise weights C×1×KH×KW → (C/block, 1, KH, KW, block, block), each block diagonal (zero-padded):
+    output channel ``j`` of a block takes only input channel ``j`` of the same block."""
+    C, one, KH, KW = w.shape
+    if one != 1:
+        raise ValueError(f"depthwise weights are C×1×KH×KW, not {w.shape}")
+    w = _pad_axes(w, (round_up(C, block), 1, KH, KW))
+    blocks = w.reshape(-1, block, KH, KW).transpose(0, 2, 3, 1)          # C/block, KH, KW, block
+    packed = np.zeros(blocks.shape[:3] + (block, block), dtype=w.dtype)
+    j = np.arange(block)
+    packed[..., j, j] = blocks
+    return np.ascontiguousarray(packed[:, None])
 
 
 def pack_rows(x, rows, block):

@@ -45,7 +45,7 @@ from .progress import Progress
 
 from .api import compile_conv2d, compile_dense
 from .device import get_device
-from .layout import pack_bias, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
+from .layout import pack_bias, pack_depthwise, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
 
 __all__ = ["CompiledModel", "Step", "compile_model", "load_model", "ACCELERATOR_OPS", "FORMAT"]
 
@@ -358,14 +358,16 @@ def _accelerator_step(node, shapes, consts, cfg, schedules=None):
     epilogue = dict(bias=True, mul=a["mul"], shift=a["shift"], relu=bool(a["relu"]), scale=scale is not None)
     if node.op == "QConv":
         N, C, H, W = x_shape
-        residual = bool(layer_input(node, "residual"))
+        residual, depthwise = bool(layer_input(node, "residual")), a.get("group", 1) != 1
         spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
                           tuple(w.shape[2:]), a["stride"], a["padding"], residual=residual,
                           residual_mul=a.get("residual_mul", 1) if residual else 1,
-                          residual_shift=a.get("residual_shift", 0) if residual else 0, **epilogue)
-        packed = {"weight": pack_oihw(w, cfg.block_out, cfg.block_in)}
+                          residual_shift=a.get("residual_shift", 0) if residual else 0, depthwise=depthwise,
+                          **epilogue)
+        packed = {"weight": pack_depthwise(w, cfg.block_out) if depthwise
+                  else pack_oihw(w, cfg.block_out, cfg.block_in)}
         op = "conv2d"
-        macs = N * O * C * spec.out_height * spec.out_width * w.shape[2] * w.shape[3]
+        macs = N * O * w.shape[1] * spec.out_height * spec.out_width * w.shape[2] * w.shape[3]
     else:
         N, K = x_shape
         spec = DenseSpec(round_up(N, cfg.batch), round_up(K, cfg.block_in), round_up(O, cfg.block_out), **epilogue)
@@ -395,15 +397,18 @@ def _tuning_log(path):
         raise ModelError(str(e)) from None
 
 
-def _placement(graph, on_host):
-    """``[(node, where, why)]``: QConv/QDense on the accelerator (unless named in ``on_host``), the rest on
-    the host."""
+def _placement(graph, on_host, cfg):
+    """``[(node, where, why)]``: QConv/QDense on the accelerator (unless named in ``on_host``, or a depthwise
+    QConv on a config whose GEMM blocks are not square), the rest on the host."""
     unknown = set(on_host) - {n.name for n in graph.nodes}
     if unknown:
         raise ModelError(f"on_host names no node of the model: {', '.join(sorted(unknown))}")
     plan = []
     for node in graph.nodes:
-        if node.op in ACCELERATOR_OPS and node.name not in on_host:
+        if node.op == "QConv" and node.attr("group", 1) != 1 and cfg.block_in != cfg.block_out:
+            plan.append((node, "host", f"depthwise needs square GEMM blocks (block_in {cfg.block_in}, "
+                                       f"block_out {cfg.block_out})"))
+        elif node.op in ACCELERATOR_OPS and node.name not in on_host:
             plan.append((node, "accelerator", ""))
         elif node.op in ACCELERATOR_OPS:
             plan.append((node, "host", "asked for the host"))
@@ -414,7 +419,7 @@ def _placement(graph, on_host):
         elif is_reference(node):
             plan.append((node, "host", "onnx.reference: no native host kernel, slower"))
         else:
-            plan.append((node, "host", host_reason(node) if node.op in ("TwConv", "TwDense") else ""))
+            plan.append((node, "host", host_reason(node, graph.constants) if node.op in ("TwConv", "TwDense") else ""))
     return plan
 
 
@@ -453,7 +458,7 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     _check_supported(graph)
     meta = {"source": graph.name, "method": None, "per_channel": None, "layers": []}
     sample = {i.name: np.zeros(shapes[i.name], i.dtype) for i in graph.inputs}
-    if any(n.op in ("TwConv", "TwDense") and host_reason(n) is None for n in graph.nodes):
+    if any(n.op in ("TwConv", "TwDense") and host_reason(n, graph.constants) is None for n in graph.nodes):
         feeds = _calibration_feeds(graph, calibration, shapes, dynamic, log)
         log(f"calibrating ({method}) on {sum(len(next(iter(f.values()))) for f in feeds)} sample(s)")
         ranges = calibrate(graph, feeds, method=method, percentile=percentile)
@@ -478,7 +483,7 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
         # its integer inputs may not take: sizes, indices)
         env = run_graph(quantized, sample, keep=True)[1] if any(n.op in ACCELERATOR_OPS for n in graph.nodes) else {}
     tensor_shapes = {k: np.shape(v) for k, v in env.items()}
-    plan = _placement(quantized, on_host)
+    plan = _placement(quantized, on_host, cfg)
     preview = CompiledModel(quantized, cfg, [Step(n, w, why) for n, w, why in plan], batch=1, dynamic_batch=False)
     for line in preview.placement_table():
         log(line)

@@ -25,7 +25,8 @@ def requantize(acc, mul, shift, relu):
 
 
 def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
-                     residual_mul=1, residual_shift=0, scale=None):
+                     residual_mul=1, residual_shift=0, scale=None, groups=1):
+    """``groups``: 1, or the channel count for a depthwise conv (weights C×1×KH×KW)."""
     x = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     O, _, KH, KW = weight.shape
     OH = (x.shape[2] - KH) // stride + 1
@@ -34,7 +35,10 @@ def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shi
     for kh in range(KH):
         for kw in range(KW):
             patch = x[:, :, kh:kh + stride * (OH - 1) + 1:stride, kw:kw + stride * (OW - 1) + 1:stride]
-            acc += np.einsum("nchw,oc->nohw", patch, weight[:, :, kh, kw].astype(np.int64), optimize=True)
+            if groups == 1:
+                acc += np.einsum("nchw,oc->nohw", patch, weight[:, :, kh, kw].astype(np.int64), optimize=True)
+            else:
+                acc += patch * weight[:, 0, kh, kw].astype(np.int64)[None, :, None, None]
     if scale is not None:
         acc = _wrap32(_wrap32(acc) * scale.astype(np.int64)[None, :, None, None])
     if bias is not None:

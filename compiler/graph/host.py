@@ -318,7 +318,7 @@ def _qconv(node, x, w, b, r=None, scale=None):
     """QConv (graph.quantize) exactly as the accelerator computes it."""
     p = node.attr("padding")
     acc = _wrap32(conv_nchw(x.astype(np.int64), w.astype(np.int64), strides=[node.attr("stride")] * 2,
-                            pads_begin=[p, p], pads_end=[p, p], dtype=np.int64))
+                            pads_begin=[p, p], pads_end=[p, p], group=node.attr("group", 1), dtype=np.int64))
     if scale is not None:
         acc = _wrap32(acc * scale.astype(np.int64).reshape(1, -1, 1, 1))
     acc = _wrap32(acc + b.astype(np.int64).reshape(1, -1, 1, 1))

@@ -19,9 +19,8 @@ __all__ = ["simplify", "fold_constants", "remove_identities", "fold_batch_norm",
 
 def simplify(graph, keep=frozenset()):
     """All the passes below in order; ``keep`` names tensors fusion must not absorb (see :func:`fuse`)."""
-    for step in (remove_identities, fold_constants, fold_batch_norm, remove_dead):
-        graph = step(graph)
-    return fuse(graph, keep)
+    graph = fold_constants(remove_identities(graph))
+    return fuse(remove_dead(fold_batch_norm(graph, keep)), keep)
 
 
 def _rename(graph, mapping):
@@ -158,9 +157,8 @@ def _lowered_qoperator(n, constants):
         return None
     wq = constants[w].astype(np.float64)
     if n.op == "QLinearConv":
-        trial = Node("TwConv", [], [], n.attrs, n.name)
         from .quantize import host_reason      # (quantize imports this module)
-        if wq.ndim != 4 or host_reason(trial) is not None:
+        if wq.ndim != 4 or host_reason(Node("TwConv", [x, w], [], n.attrs, n.name), constants) is not None:
             return None
         channel_axis = 0
     else:
@@ -200,8 +198,9 @@ def fold_constants(graph):
     return graph.replace(nodes=nodes, constants=constants)
 
 
-def fold_batch_norm(graph):
-    """Conv → BatchNormalization (constant statistics, the conv feeding only it) becomes one Conv."""
+def fold_batch_norm(graph, keep=frozenset()):
+    """Conv → BatchNormalization (constant statistics, the conv feeding only it) becomes one Conv, unless the
+    conv's output is in ``keep`` (a pre-quantized model rounds it before the normalization)."""
     consumers, producer = graph.consumers(), graph.producer()
     constants, drop, replaced = dict(graph.constants), set(), {}
     for bn in graph.nodes:
@@ -210,6 +209,7 @@ def fold_batch_norm(graph):
         conv = producer.get(bn.inputs[0])
         params = bn.inputs[1:5]
         if conv is None or conv.op != "Conv" or len(consumers.get(conv.outputs[0], [])) != 1 \
+                or conv.outputs[0] in keep \
                 or not all(p in constants for p in params) or conv.inputs[1] not in constants:
             continue
         scale, shift, mean, var = (constants[p].astype(np.float64) for p in params)
@@ -373,7 +373,7 @@ def unfold_narrow_convs(graph, block_in):
     """
     constants, nodes = dict(graph.constants), []
     for n in graph.nodes:
-        w = constants.get(n.inputs[1]) if n.op == "QConv" else None
+        w = constants.get(n.inputs[1]) if n.op == "QConv" and n.attr("group", 1) == 1 else None
         if w is None:
             nodes.append(n)
             continue

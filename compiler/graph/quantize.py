@@ -36,7 +36,7 @@ from tilewright.semantics import wrap
 from .host import QUANTIZED_WIDTHS, run_graph, run_node
 from .ir import ModelError, Node, TensorInfo
 
-__all__ = ["calibrate", "quantize", "choose_requant", "host_reason", "LAYER_INPUTS", "layer_input", "QuantLayer", "sqnr_db", "layer_report",
+__all__ = ["calibrate", "quantize", "choose_requant", "host_reason", "is_depthwise", "LAYER_INPUTS", "layer_input", "QuantLayer", "sqnr_db", "layer_report",
            "INT8_EXACT_OPS", "OVERFLOW_MARGIN"]
 
 #: Host operators that act on int8 values exactly as on the floats they stand for (same scale).
@@ -236,12 +236,15 @@ def _requant_per_channel(w, s_x, s_y, b, preact_peak, s_r, *, s_w=None, z_x=0, z
 
 def _worst_preact(w, b, x_params, r_params):
     """The largest ``|w · x + b + r|`` (real units) any int8 input and residual with these (scale, zero point)
-    can give."""
-    def reach(params):
+    can give: per output channel, the ends of the interval each term spans."""
+    def span(params):
         s, z = params
-        return 0.0 if s is None else s * max(127 - z, z + 128)
-    return float(np.abs(w).reshape(len(w), -1).sum(axis=1).max() * reach(x_params) + np.abs(b).max(initial=0)
-                 + reach(r_params))
+        return (0.0, 0.0) if s is None else (s * (-128 - z), s * (127 - z))
+    (x_lo, x_hi), (r_lo, r_hi) = span(x_params), span(r_params)
+    w = w.reshape(len(w), -1)
+    hi = np.maximum(w * x_lo, w * x_hi).sum(axis=1) + b + r_hi
+    lo = np.minimum(w * x_lo, w * x_hi).sum(axis=1) + b + r_lo
+    return float(np.maximum(np.abs(hi), np.abs(lo)).max())
 
 
 def model_weight_scales(w):
@@ -257,8 +260,11 @@ def model_weight_scales(w):
     return None
 
 
-def host_reason(node):
-    """Why the accelerator cannot run fused layer ``node`` (it then stays on the host in float), or None."""
+def host_reason(node, constants=None):
+    """Why the accelerator cannot run fused layer ``node`` (it then stays on the host in float), or None.
+
+    ``constants`` (the graph's) show whether a grouped convolution is depthwise (weights C×1×KH×KW, one
+    group per channel): the only grouping the accelerator runs."""
     if node.attr("host_reason"):        # found by quantize (see output_reason)
         return node.attr("host_reason")
     if node.op == "TwDense":
@@ -268,8 +274,8 @@ def host_reason(node):
     strides, pads = node.attr("strides", [1, 1]), node.attr("pads", [0, 0, 0, 0])
     if len(strides) != 2:
         return f"{len(strides)}-D convolution"
-    if node.attr("group", 1) != 1:
-        return f"grouped convolution (group={node.attr('group')})"
+    if node.attr("group", 1) != 1 and not is_depthwise(node, constants):
+        return f"grouped convolution (group={node.attr('group')}), not depthwise"
     if any(d != 1 for d in node.attr("dilations", [1, 1])):
         return f"dilation {node.attr('dilations')}"
     if node.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
@@ -298,11 +304,19 @@ def output_reason(node, s_y, z_y, given):
     return None
 
 
-def _accelerated_conv(node):
+def is_depthwise(node, constants):
+    """Whether conv ``node`` (TwConv, QConv, ONNX Conv) is depthwise: one group per channel, one output each."""
+    w = (constants or {}).get(node.inputs[1]) if len(node.inputs) > 1 else None
+    group = node.attr("group", 1)
+    return group != 1 and w is not None and np.ndim(w) == 4 and w.shape[:2] == (group, 1)
+
+
+def _accelerated_conv(node, constants):
     """Conv2dSpec-style parameters of a TwConv the accelerator runs, or None (it stays on the host)."""
-    if host_reason(node) is not None:
+    if host_reason(node, constants) is not None:
         return None
-    return dict(stride=int(node.attr("strides", [1, 1])[0]), padding=int(node.attr("pads", [0, 0, 0, 0])[0]))
+    return dict(stride=int(node.attr("strides", [1, 1])[0]), padding=int(node.attr("pads", [0, 0, 0, 0])[0]),
+                group=int(node.attr("group", 1)))
 
 
 def _relu(node, z_y=0):
@@ -380,7 +394,7 @@ def quantize(graph, ranges, *, qparams=None, with_layers=False, per_channel=True
     renamed = {}
     for node in graph.nodes:
         inputs = [renamed.get(i, i) for i in node.inputs]
-        conv = _accelerated_conv(node) if node.op == "TwConv" else None
+        conv = _accelerated_conv(node, constants) if node.op == "TwConv" else None
         accelerated = node.op == "TwDense" or conv is not None
         if accelerated:
             out = node.outputs[0]

@@ -54,7 +54,7 @@ class Task:
         s = self.spec
         if self.op == "conv2d":
             return (f"conv2d {s.batch}x{s.in_channels}x{s.height}x{s.width} -> {s.out_channels} "
-                    f"{s.kernel[0]}x{s.kernel[1]} s{s.stride} p{s.padding}")
+                    f"{s.kernel[0]}x{s.kernel[1]} s{s.stride} p{s.padding}" + (" depthwise" if s.depthwise else ""))
         return f"dense {s.batch}x{s.in_features} -> {s.out_features}"
 
     @property
@@ -76,14 +76,15 @@ class Task:
 
     def inputs(self, seed=0):
         """Random packed inputs for the task's programs."""
-        from tilewright.runtime.layout import pack_bias, pack_nchw, pack_oihw, pack_rows
+        from tilewright.runtime.layout import pack_bias, pack_depthwise, pack_nchw, pack_oihw, pack_rows
         c, s = self.config, self.spec
         rng = np.random.default_rng(seed)
         int8 = lambda shape: rng.integers(-128, 128, shape, dtype=np.int8)      # noqa: E731
         if self.op == "conv2d":
             tensors = {"data": pack_nchw(int8((s.batch, s.in_channels, s.height, s.width)), c.batch, c.block_in),
-                       "weight": pack_oihw(int8((s.out_channels, s.in_channels) + tuple(s.kernel)),
-                                           c.block_out, c.block_in)}
+                       "weight": pack_depthwise(int8((s.out_channels, 1) + tuple(s.kernel)), c.block_out)
+                       if s.depthwise else pack_oihw(int8((s.out_channels, s.in_channels) + tuple(s.kernel)),
+                                                     c.block_out, c.block_in)}
             if s.residual:
                 tensors["residual"] = pack_nchw(int8((s.batch, s.out_channels, s.out_height, s.out_width)),
                                                 c.batch, c.block_out)
@@ -211,7 +212,7 @@ def dram_bytes(task, point):
                 "out": NB * MB * e["out"]}
     t = ops.ConvTiles(**point)
     KH, KW = s.kernel
-    CB, OB, NB = s.in_channels // c.block_in, s.out_channels // c.block_out, s.batch // c.batch
+    CB, OB, NB = s.reduce_blocks(c), s.out_channels // c.block_out, s.batch // c.batch
     on_channels = t.thread_axis == "out_channels"
     loops = [("n", NB), ("o", OB // t.out_channels // (T if on_channels else 1)),
              ("y", s.out_height // t.rows // (T if t.thread_axis == "rows" else 1)),
@@ -223,7 +224,9 @@ def dram_bytes(task, point):
     inner = _executions(loops[2:], {"y", "x", "c"}) > 1
     channel_tiles = (loops[1][1] if inner else 1) * (T if on_channels else 1)
     outputs = NB * OB * s.out_height * s.out_width * e["out"]
-    return {"inp": NB * channel_tiles * CB * rows * cols * e["inp"],
+    # (depthwise: each channel tile reads its own input blocks, once)
+    inp_blocks = OB if s.depthwise else channel_tiles * CB
+    return {"inp": NB * inp_blocks * rows * cols * e["inp"],
             "wgt": _executions(loops, {"o", "c"}) * T * t.out_channels * t.in_channels * KH * KW * e["wgt"],
             "acc": _executions(loops, {"o"}) * T * t.out_channels * e["acc"] * epilogue
             + (outputs if s.residual else 0),

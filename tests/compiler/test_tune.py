@@ -95,10 +95,14 @@ def test_valid_points_compile_and_overfilling_points_are_refused_by_the_compiler
 def test_dram_bytes_per_memory_type_are_what_the_simulator_counts(layer, config):
     """The features describe the program: the DRAM bytes per memory type the model is given equal those
     the functional simulator counts running the program, for every sampled point."""
-    task = parse_layer(layer, config)
+    _assert_dram_bytes_are_counted(parse_layer(layer, config), samples=15)
+
+
+def _assert_dram_bytes_are_counted(task, samples):
+    """dram_bytes of ``samples`` valid points of ``task`` equal the bytes fsim counts running them."""
     space, device = task.space(), get_device("fsim", task.config)
     inputs = task.inputs()
-    for i in space.valid()[::max(1, len(space.valid()) // 15)]:
+    for i in space.valid()[::max(1, len(space.valid()) // samples)]:
         point = space.point(i)
         _, stats = device.run_program(task.program(point), inputs)
         counted = {m: stats["bytes_read_by_type"][m] for m in ("inp", "wgt", "acc")}
@@ -324,3 +328,13 @@ def test_a_lost_worker_costs_its_point_only_and_is_neither_logged_nor_learnt(exh
     every_time = tune(task, trials=4, tuner="random", runner=_FlakyRunner(log.replay(design), every=1),
                       log=TuningLog(), design=design, include_default=False)
     assert every_time.best is None and "worker died" in every_time.first_error
+
+
+@pytest.mark.parametrize("spec", [Conv2dSpec(1, 16, 8, 8, 16, (3, 3), 1, 1, depthwise=True),
+                                  Conv2dSpec(2, 12, 9, 9, 12, (3, 3), 2, 1, depthwise=True)])
+def test_depthwise_tasks_count_their_dram_bytes_as_the_simulator_does(spec):
+    """A depthwise layer's space: one reduction block; each channel tile reads its own input blocks."""
+    from tilewright.compiler.tune.task import Task
+    task = Task("conv2d", spec, "tiny")
+    assert {task.space().point(i)["in_channels"] for i in task.space().valid()} == {1}
+    _assert_dram_bytes_are_counted(task, samples=10)

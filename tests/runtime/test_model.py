@@ -120,10 +120,25 @@ def _one_conv(group=1):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def test_a_depthwise_conv_runs_on_the_accelerator_unless_its_blocks_are_not_square(tmp_path):
+    model = _one_conv(group=4)
+    calib = np.random.default_rng(8).standard_normal((4, 4, 6, 6)).astype(np.float32)
+    m = compile_model(model.SerializeToString(), "tiny", calibration=calib)
+    assert [(s.where, s.node.attr("group")) for s in m.steps if s.name == "conv"] == [("accelerator", 4)]
+    x = np.random.default_rng(9).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    expected = run_graph(load_onnx(model.SerializeToString()), {"x": x})["y"]
+    assert sqnr_db(expected, m.run(x)["y"]) > 30
+    (tmp_path / "wide.toml").write_text('base = "tiny"\nblock_out = 8\n')
+    m = compile_model(model.SerializeToString(), str(tmp_path / "wide.toml"), calibration=calib)
+    assert [(s.where, s.why) for s in m.steps if s.name == "conv"] == [
+        ("host", "depthwise needs square GEMM blocks (block_in 4, block_out 8)")]
+    np.testing.assert_allclose(m.run(x)["y"], expected, atol=0.1 * np.abs(expected).max())
+
+
 def test_grouped_conv_stays_on_the_host_with_a_reason():
     lines = []
     m = compile_model(_one_conv(group=2).SerializeToString(), "default", log=lines.append)
-    assert [(s.where, s.why) for s in m.steps] == [("host", "grouped convolution (group=2)")]
+    assert [(s.where, s.why) for s in m.steps] == [("host", "grouped convolution (group=2), not depthwise")]
     assert any("grouped convolution" in line for line in lines)
     x = np.random.default_rng(7).standard_normal((1, 4, 6, 6)).astype(np.float32)
     np.testing.assert_allclose(m.run(x)["y"], run_graph(load_onnx(_one_conv(2).SerializeToString()), {"x": x})["y"],
