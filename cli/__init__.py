@@ -281,7 +281,7 @@ def cmd_run(args):
                 if single:
                     np.save(f, next(iter(outputs.values())))
                 else:
-                    np.savez(f, **outputs)
+                    files.write_npz(f, outputs)
         except OSError as e:
             raise CliError(f"cannot write {path}: {e.strerror}") from None
         print(f"wrote {path}")

@@ -11,7 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write", "write_bytes", "write_text", "refuse_overwrite", "damaged_member", "FileSafetyError"]
+__all__ = ["atomic_write", "write_bytes", "write_text", "write_npz", "refuse_overwrite", "damaged_member",
+           "FileSafetyError"]
 
 
 class FileSafetyError(ValueError):
@@ -83,3 +84,19 @@ def damaged_member(source):
     if hasattr(source, "seek"):
         source.seek(0)
     return bad
+
+
+def write_npz(f, arrays):
+    """``arrays`` (name → array) into the open binary file ``f`` as an ``.npz`` archive ``numpy.load`` reads.
+
+    ``numpy.savez(f, **arrays)`` takes the names as keyword arguments, so a
+    model output called ``file`` or ``allow_pickle`` collides with its own
+    parameters; here any name is a member name (``name.npy``).
+    """
+    import zipfile
+
+    import numpy as np
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array))     # (string outputs pickle)

@@ -40,7 +40,48 @@ def load_onnx(source):
         raise ModelError(f"{where}: not a valid ONNX file (truncated or corrupted: {e})") from None
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"{where}: not a valid ONNX file (no graph)")
+    _load_external_data(model, where, Path(source).resolve().parent if isinstance(source, (str, Path)) else None)
     return from_onnx(model, where)
+
+
+def _tensors(graph):
+    """Every TensorProto of ``graph``: initializers and node attributes, subgraphs' included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _tensors(g)
+
+
+def _load_external_data(model, where, folder):
+    """Read the tensors ``model`` keeps in files beside it (ONNX's external data) from ``folder``, the model
+    file's own (not the working directory); a model given as bytes has none to read them from."""
+    from onnx import external_data_helper, helper
+    tensors = [t for t in _tensors(model.graph) if external_data_helper.uses_external_data(t)]
+    if not tensors:
+        return
+    files = sorted({e.value for t in tensors for e in t.external_data if e.key == "location"})
+    if folder is None:
+        raise ModelError(f"{where}: its weights are in external data ({', '.join(files)}); give the model as a "
+                         f"file path so that they are read from beside it")
+    for name in files:
+        path = folder / name
+        if ".." in Path(name).parts or Path(name).is_absolute():
+            raise ModelError(f"{where}: external data location {name!r} points outside the model's folder")
+        if not path.is_file():
+            raise ModelError(f"{where}: its external data {name} is missing (looked for {path})")
+    try:
+        external_data_helper.load_external_data_for_model(model, str(folder))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{where}: cannot read its external data ({e})") from None
+    for t in tensors:       # a short data file leaves a tensor with fewer bytes than its shape needs
+        expected = int(np.prod(t.dims, dtype=np.int64)) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        if t.HasField("raw_data") and len(t.raw_data) != expected:
+            raise ModelError(f"{where}: external data for {t.name} holds {len(t.raw_data)} bytes, its shape needs "
+                             f"{expected} (a truncated {', '.join(files)}?)")
 
 
 def from_onnx(model, where="model"):

@@ -388,3 +388,22 @@ def test_pytorch_style_view_glue_runs_around_the_accelerator():
     assert [s.node.op for s in m.steps].count("DequantizeLinear") == 1        # the output only
     x = rng.standard_normal((5, 3, 8, 8)).astype(np.float32)
     assert sqnr_db(ReferenceEvaluator(model).run(None, {"x": x})[0], m.run(x)["y"]) > 20
+
+
+def test_outputs_named_like_numpys_own_arguments_are_written(tmp_path, capsys):
+    """`run -o out.npz` keeps every output under its own name, even `file` or `allow_pickle` (numpy.savez's
+    parameters) or one with a slash."""
+    names = ["file", "allow_pickle", "a/b"]
+    nodes = [helper.make_node(op, ["x"], [name]) for op, name in zip(("Relu", "Neg", "Abs"), names)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in names])
+    (tmp_path / "m.onnx").write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+                                      .SerializeToString())
+    x = np.random.default_rng(14).standard_normal((2, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.twm"), "-c", "tiny"]) == 0
+    assert main(["run", str(tmp_path / "m.twm"), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npz")]) == 0
+    with np.load(tmp_path / "y.npz") as y:
+        assert sorted(y.files) == sorted(names)
+        for name, expected in zip(names, (np.maximum(x, 0), -x, np.abs(x))):
+            np.testing.assert_array_equal(y[name], expected)
