@@ -103,7 +103,8 @@ def main():
             continue
         gemm, dram = roofline(step, cfg)
         bound = max(gemm, dram)
-        kind = "depthwise" if step.node.attr("group", 1) != 1 else step.node.op[1:].lower()
+        groups = getattr(step.spec, "group_channels", 0)
+        kind = "depthwise" if groups == 1 else "grouped" if groups else step.node.op[1:].lower()
         row = dict(layer=r["node"], kind=kind, cycles=r["cycles"], macs=r["macs"], gemm_bound=gemm,
                    dram_bound=dram, roofline=bound, ratio=r["cycles"] / bound,
                    macs_per_cycle=r["macs"] / r["cycles"], utilization=r["macs"] / r["cycles"] / cfg.macs_per_cycle)

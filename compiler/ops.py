@@ -15,13 +15,15 @@ ALU operation per term, in place (the compiler moves bias, ``mul``, ``shift``
 and the clip into the STORE). ``scale`` is an optional per-output-channel
 int32 multiplier (layout like the bias): per-channel requantization.
 
-A **depthwise** conv2d (ONNX's group = channels, one output channel per
-input channel) runs on the same GEMM: output channel block ``o`` sums over
-input block ``o`` alone, with weight blocks ``(O/o, 1, KH, KW, o, i)`` that
-are diagonal (``runtime.layout.pack_depthwise``). A GEMM micro-op then
-does the ``block`` useful products of a block's channels at one tap, in the
-cycle a dense one does ``block²``: the GEMM core's rate for depthwise work is
-``batch · block`` MACs per cycle, and that is its compute roof.
+A **grouped** conv2d whose groups each keep their width and fit in a block
+(``group_channels`` channels per group dividing the block; depthwise, ONNX's
+group = channels, is 1) runs on the same GEMM: output channel block ``o``
+sums over input block ``o`` alone, with weight blocks ``(O/o, 1, KH, KW, o,
+i)`` that are block-diagonal (``runtime.layout.pack_grouped``). A GEMM
+micro-op then does the ``block · group_channels`` useful products of a
+block's channels at one tap, in the cycle a dense one does ``block²``: the
+GEMM core's rate for depthwise work is ``batch · block`` MACs per cycle, and
+that is its compute roof.
 """
 
 import itertools
@@ -62,7 +64,7 @@ class Conv2dSpec:
     residual_mul: int = 1         # the residual is added as (residual · residual_mul) << residual_shift (ALU)
     residual_shift: int = 0
     scale: bool = False           # per-output-channel multiplier of the accumulator (an ALU vector MUL)
-    depthwise: bool = False       # each channel convolved alone (see the module's docstring)
+    group_channels: int = 0       # 0: dense; k: groups of k channels inside a block (1: depthwise; see above)
 
     @property
     def out_height(self):
@@ -74,13 +76,18 @@ class Conv2dSpec:
 
     @property
     def macs(self):
-        """Multiply-accumulates the layer means (a depthwise one: one input channel per output)."""
+        """Multiply-accumulates the layer means (a grouped one: its group's input channels per output)."""
         return (self.batch * self.out_channels * self.out_height * self.out_width
-                * (1 if self.depthwise else self.in_channels) * self.kernel[0] * self.kernel[1])
+                * (self.group_channels or self.in_channels) * self.kernel[0] * self.kernel[1])
+
+    @property
+    def block_diagonal(self):
+        """Grouped: each output channel block sums over its own input block (see the module docstring)."""
+        return self.group_channels > 0
 
     def reduce_blocks(self, cfg):
-        """Input channel blocks each output channel block sums over: all of them, or (depthwise) its own."""
-        return 1 if self.depthwise else self.in_channels // cfg.block_in
+        """Input channel blocks each output channel block sums over: all of them, or (grouped) its own."""
+        return 1 if self.block_diagonal else self.in_channels // cfg.block_in
 
 
 @dataclass(frozen=True)
@@ -186,9 +193,9 @@ def conv2d_compute(spec, cfg):
     ic, kh, kw, ii = (te.reduce_axis(RB, "ic"), te.reduce_axis(KH, "kh"), te.reduce_axis(KW, "kw"),
                       te.reduce_axis(c.block_in, "ii"))
     shape = (NB, OB, spec.out_height, spec.out_width, c.batch, c.block_out)
-    # depthwise: output block o reads input block o (its weight blocks are diagonal: see pack_depthwise)
+    # grouped: output block o reads input block o (its weight blocks are block-diagonal: see pack_grouped)
     conv = te.compute(shape, lambda n, o, y, x, b, oo: te.sum(
-        padded[n, o + ic if spec.depthwise else ic, y * s + kh, x * s + kw, b, ii].astype(acc)
+        padded[n, o + ic if spec.block_diagonal else ic, y * s + kh, x * s + kw, b, ii].astype(acc)
         * weight[o, ic, kh, kw, oo, ii].astype(acc), [ic, kh, kw, ii]), "conv", dtype=acc)
     inputs = {"data": data, "weight": weight}
     if spec.bias:
@@ -229,7 +236,7 @@ def _conv_needs(spec, cfg, t):
     KH, KW = spec.kernel
     rows = (t.rows - 1) * spec.stride + KH
     cols = (t.cols - 1) * spec.stride + KW
-    inp = (t.out_channels if spec.depthwise else t.in_channels) * rows * cols
+    inp = (t.out_channels if spec.block_diagonal else t.in_channels) * rows * cols
     wgt = t.out_channels * t.in_channels * KH * KW
     out = t.out_channels * t.rows * t.cols
     acc = out + t.out_channels * (spec.bias + spec.scale) + (out if spec.residual else 0)
@@ -268,7 +275,7 @@ def conv_cost(spec, cfg, t):
     KH, KW = spec.kernel
     RB, OB = spec.reduce_blocks(c), spec.out_channels // c.block_out
     rows, cols = (t.rows - 1) * spec.stride + KH, (t.cols - 1) * spec.stride + KW
-    inp_blocks = t.out_channels if spec.depthwise else t.in_channels
+    inp_blocks = t.out_channels if spec.block_diagonal else t.in_channels
     beats = {m: -(-c.elem_bytes(m) // c.bus_bytes) for m in ("inp", "wgt", "out")}
     tiles = (OB // t.out_channels) * (spec.out_height // t.rows) * (spec.out_width // t.cols) * (spec.batch // c.batch)
     return ConvCost(
@@ -353,10 +360,12 @@ def conv2d(spec, config="default", tiles=None):
     """``(schedule, inputs, output)`` of a packed conv2d with its default (or given) schedule."""
     cfg = load_config(config)
     _check_packed(cfg, batch=spec.batch, in_channels=spec.in_channels, out_channels=spec.out_channels)
-    if spec.depthwise and (spec.in_channels != spec.out_channels or cfg.block_in != cfg.block_out):
-        raise ScheduleError(f"a depthwise conv2d needs as many output channels as input ones "
-                            f"({spec.out_channels} vs {spec.in_channels}) and square GEMM blocks "
-                            f"(block_in {cfg.block_in}, block_out {cfg.block_out})")
+    if spec.block_diagonal and (spec.in_channels != spec.out_channels or cfg.block_in != cfg.block_out
+                                or cfg.block_in % spec.group_channels):
+        raise ScheduleError(f"a grouped conv2d needs as many output channels as input ones "
+                            f"({spec.out_channels} vs {spec.in_channels}), square GEMM blocks (block_in "
+                            f"{cfg.block_in}, block_out {cfg.block_out}) and groups of channels that divide "
+                            f"them ({spec.group_channels})")
     if spec.out_height < 1 or spec.out_width < 1:
         raise ScheduleError(f"kernel {spec.kernel} does not fit the padded {spec.height}x{spec.width} input")
     t = tiles or conv_tiles(spec, cfg)

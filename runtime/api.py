@@ -21,7 +21,7 @@ from tilewright.config import load_config
 from tilewright.isa import IMM_BITS
 
 from .device import get_device
-from .layout import pack_bias, pack_depthwise, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
+from .layout import pack_bias, pack_grouped, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
 
 __all__ = ["conv2d", "dense", "compile_conv2d", "compile_dense", "OperatorError"]
 
@@ -84,8 +84,9 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
            residual_mul=1, residual_shift=0, scale=None, groups=1, config="default", backend="fsim", port=None):
     """int8 NCHW ``data`` ⊛ int8 OIHW ``weight`` (+ int32 ``bias``) with the requantizing epilogue.
 
-    ``groups``: 1, or the channel count C for a depthwise convolution (weights C×1×KH×KW, each channel
-    convolved with its own kernel; see :mod:`tilewright.compiler.ops`).
+    ``groups``: a grouped convolution with as many output channels as input ones, each group of
+    ``C / groups`` channels (dividing the config's block) convolved alone; weights C×(C/groups)×KH×KW.
+    ``groups = C`` is a depthwise convolution. See :mod:`tilewright.compiler.ops`.
 
     ``residual`` (int8, the output's shape) is added as ``(residual · residual_mul) << residual_shift``;
     ``scale`` (int32, one per output channel) multiplies the accumulator before bias and residual.
@@ -99,11 +100,13 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
     N, C, H, W = data.shape
     O, I, KH, KW = weight.shape
     _nonempty(batch=N, in_channels=C, out_channels=O, kernel_height=KH, kernel_width=KW)
-    depthwise = groups != 1
-    if depthwise and not (groups == C == O and I == 1):
-        raise OperatorError(f"groups={groups!r}: 1, or the channel count ({C}) for a depthwise conv with weights "
-                            f"{C}x1xKHxKW (got {O}x{I}x{KH}x{KW})")
-    if not depthwise and I != C:
+    if not (isinstance(groups, (int, np.integer)) and groups >= 1 and C % groups == 0):
+        raise OperatorError(f"groups={groups!r} must be a positive integer dividing the {C} channels")
+    grouped = groups != 1
+    if grouped and not (O == C and I == C // groups):
+        raise OperatorError(f"groups={groups}: weights must be {C}x{C // groups}xKHxKW (as many outputs as "
+                            f"inputs), not {O}x{I}x{KH}x{KW}")
+    if not grouped and I != C:
         raise OperatorError(f"weight has {I} input channels, data has {C}")
     if not (isinstance(stride, (int, np.integer)) and stride >= 1 and isinstance(padding, (int, np.integer))
             and padding >= 0):
@@ -121,12 +124,12 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
                       mul=int(mul), shift=int(shift), relu=bool(relu),
                       residual_mul=int(residual_mul) if residual is not None else 1,
                       residual_shift=int(residual_shift) if residual is not None else 0, scale=scale is not None,
-                      depthwise=depthwise)
-    if depthwise and cfg.block_in != cfg.block_out:
-        raise OperatorError(f"depthwise conv needs square GEMM blocks; config {cfg.name} has block_in "
-                            f"{cfg.block_in}, block_out {cfg.block_out}")
+                      group_channels=C // groups if grouped else 0)
+    if grouped and (cfg.block_in != cfg.block_out or cfg.block_in % (C // groups)):
+        raise OperatorError(f"a grouped conv needs square GEMM blocks that its {C // groups}-channel groups divide; "
+                            f"config {cfg.name} has block_in {cfg.block_in}, block_out {cfg.block_out}")
     tensors = {"data": pack_nchw(data, cfg.batch, cfg.block_in),
-               "weight": pack_depthwise(weight, cfg.block_out) if depthwise
+               "weight": pack_grouped(weight, cfg.block_out) if grouped
                else pack_oihw(weight, cfg.block_out, cfg.block_in)}
     tensors |= _channel_vectors(cfg, O, "output channels", bias=bias, scale=scale)
     if residual is not None:

@@ -5,15 +5,15 @@ config's blocks, so any shape can be packed; unpacking crops the padding.
 
 * ``pack_nchw``: NCHW → ``(N/b, C/i, H, W, b, i)``; ``unpack_nchw`` the inverse for outputs
   ``(N/b, C/o, H, W, b, o)``.
-* ``pack_oihw``: OIHW → ``(O/o, I/i, KH, KW, o, i)``; ``pack_depthwise``: C×1×KH×KW → ``(C/o, 1, KH, KW, o, o)``,
-  diagonal blocks.
+* ``pack_oihw``: OIHW → ``(O/o, I/i, KH, KW, o, i)``; ``pack_grouped``: grouped C×k×KH×KW (groups of k
+  channels) → ``(C/o, 1, KH, KW, o, o)``, block-diagonal blocks.
 * ``pack_rows`` / ``unpack_rows``: N×K → ``(N/b, K/i, b, i)`` (dense data and weights).
 * ``pack_bias``: per-channel int32 → ``(O/o, b, o)``, repeated over the batch rows.
 """
 
 import numpy as np
 
-__all__ = ["round_up", "pack_nchw", "unpack_nchw", "pack_oihw", "pack_depthwise", "pack_rows", "unpack_rows",
+__all__ = ["round_up", "pack_nchw", "unpack_nchw", "pack_oihw", "pack_grouped", "pack_rows", "unpack_rows",
            "pack_bias"]
 
 
@@ -49,18 +49,19 @@ def pack_oihw(w, block_out, block_in):
                                 .transpose(0, 2, 4, 5, 1, 3))
 
 
-def pack_depthwise(w, block):
-    """Depthwise weights C×1×KH×KW → (C/block, 1, KH, KW, block, block), each block diagonal (zero-padded):
-    output channel ``j`` of a block takes only input channel ``j`` of the same block."""
-    C, one, KH, KW = w.shape
-    if one != 1:
-        raise ValueError(f"depthwise weights are C×1×KH×KW, not {w.shape}")
-    w = _pad_axes(w, (round_up(C, block), 1, KH, KW))
-    blocks = w.reshape(-1, block, KH, KW).transpose(0, 2, 3, 1)          # C/block, KH, KW, block
-    packed = np.zeros(blocks.shape[:3] + (block, block), dtype=w.dtype)
+def pack_grouped(w, block):
+    """Grouped weights C×k×KH×KW (C output channels in groups of ``k`` that each read their own ``k`` input
+    channels; depthwise: k = 1) → (C/block, 1, KH, KW, block, block), zero-padded: output channel ``j`` of
+    a block takes only the input channels of its group, which lie in the same block (``k`` divides it)."""
+    C, k, KH, KW = w.shape
+    if block % k or C % k:
+        raise ValueError(f"groups of {k} channels must divide the block ({block}) and the channels ({C})")
+    w = _pad_axes(w, (round_up(C, block), k, KH, KW))
+    packed = np.zeros((w.shape[0] // block, 1, KH, KW, block, block), dtype=w.dtype)
     j = np.arange(block)
-    packed[..., j, j] = blocks
-    return np.ascontiguousarray(packed[:, None])
+    for g in range(k):        # output j reads input (j // k) * k + g of its block
+        packed[:, 0, :, :, j, (j // k) * k + g] = w[:, g].reshape(-1, block, KH, KW).transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(packed)
 
 
 def pack_rows(x, rows, block):

@@ -45,7 +45,7 @@ from .progress import Progress
 
 from .api import compile_conv2d, compile_dense
 from .device import get_device
-from .layout import pack_bias, pack_depthwise, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
+from .layout import pack_bias, pack_grouped, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
 
 __all__ = ["CompiledModel", "Step", "compile_model", "load_model", "ACCELERATOR_OPS", "FORMAT"]
 
@@ -358,13 +358,14 @@ def _accelerator_step(node, shapes, consts, cfg, schedules=None):
     epilogue = dict(bias=True, mul=a["mul"], shift=a["shift"], relu=bool(a["relu"]), scale=scale is not None)
     if node.op == "QConv":
         N, C, H, W = x_shape
-        residual, depthwise = bool(layer_input(node, "residual")), a.get("group", 1) != 1
+        residual, grouped = bool(layer_input(node, "residual")), a.get("group", 1) != 1
         spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
                           tuple(w.shape[2:]), a["stride"], a["padding"], residual=residual,
                           residual_mul=a.get("residual_mul", 1) if residual else 1,
-                          residual_shift=a.get("residual_shift", 0) if residual else 0, depthwise=depthwise,
+                          residual_shift=a.get("residual_shift", 0) if residual else 0,
+                          group_channels=w.shape[1] if grouped else 0,
                           **epilogue)
-        packed = {"weight": pack_depthwise(w, cfg.block_out) if depthwise
+        packed = {"weight": pack_grouped(w, cfg.block_out) if grouped
                   else pack_oihw(w, cfg.block_out, cfg.block_in)}
         op = "conv2d"
         macs = N * O * w.shape[1] * spec.out_height * spec.out_width * w.shape[2] * w.shape[3]
@@ -398,15 +399,17 @@ def _tuning_log(path):
 
 
 def _placement(graph, on_host, cfg):
-    """``[(node, where, why)]``: QConv/QDense on the accelerator (unless named in ``on_host``, or a depthwise
-    QConv on a config whose GEMM blocks are not square), the rest on the host."""
+    """``[(node, where, why)]``: QConv/QDense on the accelerator (unless named in ``on_host``, or a grouped
+    QConv whose groups do not fit the config's GEMM blocks), the rest on the host."""
     unknown = set(on_host) - {n.name for n in graph.nodes}
     if unknown:
         raise ModelError(f"on_host names no node of the model: {', '.join(sorted(unknown))}")
     plan = []
     for node in graph.nodes:
-        if node.op == "QConv" and node.attr("group", 1) != 1 and cfg.block_in != cfg.block_out:
-            plan.append((node, "host", f"depthwise needs square GEMM blocks (block_in {cfg.block_in}, "
+        if node.op == "QConv" and node.attr("group", 1) != 1 and (
+                cfg.block_in != cfg.block_out or cfg.block_in % graph.constants[node.inputs[1]].shape[1]):
+            plan.append((node, "host", f"grouped ({graph.constants[node.inputs[1]].shape[1]} channels per group) "
+                                       f"needs square GEMM blocks its groups divide (block_in {cfg.block_in}, "
                                        f"block_out {cfg.block_out})"))
         elif node.op in ACCELERATOR_OPS and node.name not in on_host:
             plan.append((node, "accelerator", ""))

@@ -26,19 +26,22 @@ def requantize(acc, mul, shift, relu):
 
 def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
                      residual_mul=1, residual_shift=0, scale=None, groups=1):
-    """``groups``: 1, or the channel count for a depthwise conv (weights C×1×KH×KW)."""
+    """``groups``: a grouped conv (weights O×(C/groups)×KH×KW), each output channel's group of inputs
+    ``o // (O/groups)``."""
     x = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     O, _, KH, KW = weight.shape
+    C = data.shape[1]
     OH = (x.shape[2] - KH) // stride + 1
     OW = (x.shape[3] - KW) // stride + 1
     acc = np.zeros((data.shape[0], O, OH, OW), dtype=np.int64)
     for kh in range(KH):
         for kw in range(KW):
             patch = x[:, :, kh:kh + stride * (OH - 1) + 1:stride, kw:kw + stride * (OW - 1) + 1:stride]
-            if groups == 1:
-                acc += np.einsum("nchw,oc->nohw", patch, weight[:, :, kh, kw].astype(np.int64), optimize=True)
-            else:
-                acc += patch * weight[:, 0, kh, kw].astype(np.int64)[None, :, None, None]
+            for g in range(groups):
+                cin, cout = slice(g * (C // groups), (g + 1) * (C // groups)), slice(g * (O // groups),
+                                                                                     (g + 1) * (O // groups))
+                acc[:, cout] += np.einsum("nchw,oc->nohw", patch[:, cin], weight[cout, :, kh, kw].astype(np.int64),
+                                          optimize=True)
     if scale is not None:
         acc = _wrap32(_wrap32(acc) * scale.astype(np.int64)[None, :, None, None])
     if bias is not None:

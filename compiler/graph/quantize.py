@@ -36,7 +36,7 @@ from tilewright.semantics import wrap
 from .host import QUANTIZED_WIDTHS, run_graph, run_node
 from .ir import ModelError, Node, TensorInfo
 
-__all__ = ["calibrate", "quantize", "choose_requant", "host_reason", "is_depthwise", "LAYER_INPUTS", "layer_input", "QuantLayer", "sqnr_db", "layer_report",
+__all__ = ["calibrate", "quantize", "choose_requant", "host_reason", "width_keeping_groups", "LAYER_INPUTS", "layer_input", "QuantLayer", "sqnr_db", "layer_report",
            "INT8_EXACT_OPS", "OVERFLOW_MARGIN"]
 
 #: Host operators that act on int8 values exactly as on the floats they stand for (same scale).
@@ -263,8 +263,9 @@ def model_weight_scales(w):
 def host_reason(node, constants=None):
     """Why the accelerator cannot run fused layer ``node`` (it then stays on the host in float), or None.
 
-    ``constants`` (the graph's) show whether a grouped convolution is depthwise (weights C×1×KH×KW, one
-    group per channel): the only grouping the accelerator runs."""
+    ``constants`` (the graph's) show whether a grouped convolution keeps each group's width (as many outputs
+    as inputs: depthwise and the like), the only grouping the accelerator runs (the partition then checks
+    that its groups fit the config's blocks)."""
     if node.attr("host_reason"):        # found by quantize (see output_reason)
         return node.attr("host_reason")
     if node.op == "TwDense":
@@ -274,8 +275,8 @@ def host_reason(node, constants=None):
     strides, pads = node.attr("strides", [1, 1]), node.attr("pads", [0, 0, 0, 0])
     if len(strides) != 2:
         return f"{len(strides)}-D convolution"
-    if node.attr("group", 1) != 1 and not is_depthwise(node, constants):
-        return f"grouped convolution (group={node.attr('group')}), not depthwise"
+    if node.attr("group", 1) != 1 and not width_keeping_groups(node, constants):
+        return f"grouped convolution (group={node.attr('group')}) changing the channel count"
     if any(d != 1 for d in node.attr("dilations", [1, 1])):
         return f"dilation {node.attr('dilations')}"
     if node.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
@@ -304,11 +305,12 @@ def output_reason(node, s_y, z_y, given):
     return None
 
 
-def is_depthwise(node, constants):
-    """Whether conv ``node`` (TwConv, QConv, ONNX Conv) is depthwise: one group per channel, one output each."""
+def width_keeping_groups(node, constants):
+    """Whether conv ``node`` (TwConv, QConv, ONNX Conv) is grouped with as many output channels as input ones
+    in each group (depthwise: groups of one)."""
     w = (constants or {}).get(node.inputs[1]) if len(node.inputs) > 1 else None
     group = node.attr("group", 1)
-    return group != 1 and w is not None and np.ndim(w) == 4 and w.shape[:2] == (group, 1)
+    return group != 1 and w is not None and np.ndim(w) == 4 and w.shape[0] == group * w.shape[1]
 
 
 def _accelerated_conv(node, constants):

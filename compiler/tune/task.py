@@ -30,6 +30,10 @@ class LayerSpecError(ValueError):
     """A layer given on the command line that does not parse."""
 
 
+#: Spec fields added after tuning logs existed (left out of the key at 0, their default).
+_LATER_FIELDS = ("group_channels",)
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
     """One operator shape (``op`` with its packed ``spec``) on one config."""
@@ -44,8 +48,10 @@ class Task:
 
     @property
     def key(self):
-        """``op:`` and a hash of the spec's fields: the same for the same shape and epilogue."""
-        text = json.dumps(dataclasses.asdict(self.spec), sort_keys=True)
+        """``op:`` and a hash of the spec's fields: the same for the same shape and epilogue. (A field added
+        later counts only away from its default, so earlier logs keep their keys.)"""
+        fields = {k: v for k, v in dataclasses.asdict(self.spec).items() if not (k in _LATER_FIELDS and v == 0)}
+        text = json.dumps(fields, sort_keys=True)
         return f"{self.op}:{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
     @property
@@ -54,7 +60,8 @@ class Task:
         s = self.spec
         if self.op == "conv2d":
             return (f"conv2d {s.batch}x{s.in_channels}x{s.height}x{s.width} -> {s.out_channels} "
-                    f"{s.kernel[0]}x{s.kernel[1]} s{s.stride} p{s.padding}" + (" depthwise" if s.depthwise else ""))
+                    f"{s.kernel[0]}x{s.kernel[1]} s{s.stride} p{s.padding}"
+                    + (f" groups of {s.group_channels}" if s.group_channels else ""))
         return f"dense {s.batch}x{s.in_features} -> {s.out_features}"
 
     @property
@@ -76,14 +83,15 @@ class Task:
 
     def inputs(self, seed=0):
         """Random packed inputs for the task's programs."""
-        from tilewright.runtime.layout import pack_bias, pack_depthwise, pack_nchw, pack_oihw, pack_rows
+        from tilewright.runtime.layout import pack_bias, pack_grouped, pack_nchw, pack_oihw, pack_rows
         c, s = self.config, self.spec
         rng = np.random.default_rng(seed)
         int8 = lambda shape: rng.integers(-128, 128, shape, dtype=np.int8)      # noqa: E731
         if self.op == "conv2d":
             tensors = {"data": pack_nchw(int8((s.batch, s.in_channels, s.height, s.width)), c.batch, c.block_in),
-                       "weight": pack_depthwise(int8((s.out_channels, 1) + tuple(s.kernel)), c.block_out)
-                       if s.depthwise else pack_oihw(int8((s.out_channels, s.in_channels) + tuple(s.kernel)),
+                       "weight": pack_grouped(int8((s.out_channels, s.group_channels) + tuple(s.kernel)),
+                                              c.block_out)
+                       if s.block_diagonal else pack_oihw(int8((s.out_channels, s.in_channels) + tuple(s.kernel)),
                                                      c.block_out, c.block_in)}
             if s.residual:
                 tensors["residual"] = pack_nchw(int8((s.batch, s.out_channels, s.out_height, s.out_width)),
@@ -224,8 +232,8 @@ def dram_bytes(task, point):
     inner = _executions(loops[2:], {"y", "x", "c"}) > 1
     channel_tiles = (loops[1][1] if inner else 1) * (T if on_channels else 1)
     outputs = NB * OB * s.out_height * s.out_width * e["out"]
-    # (depthwise: each channel tile reads its own input blocks, once)
-    inp_blocks = OB if s.depthwise else channel_tiles * CB
+    # (grouped: each channel tile reads its own input blocks, once)
+    inp_blocks = OB if s.block_diagonal else channel_tiles * CB
     return {"inp": NB * inp_blocks * rows * cols * e["inp"],
             "wgt": _executions(loops, {"o", "c"}) * T * t.out_channels * t.in_channels * KH * KW * e["wgt"],
             "acc": _executions(loops, {"o"}) * T * t.out_channels * e["acc"] * epilogue

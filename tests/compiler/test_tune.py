@@ -330,10 +330,10 @@ def test_a_lost_worker_costs_its_point_only_and_is_neither_logged_nor_learnt(exh
     assert every_time.best is None and "worker died" in every_time.first_error
 
 
-@pytest.mark.parametrize("spec", [Conv2dSpec(1, 16, 8, 8, 16, (3, 3), 1, 1, depthwise=True),
-                                  Conv2dSpec(2, 12, 9, 9, 12, (3, 3), 2, 1, depthwise=True)])
-def test_depthwise_tasks_count_their_dram_bytes_as_the_simulator_does(spec):
-    """A depthwise layer's space: one reduction block; each channel tile reads its own input blocks."""
+@pytest.mark.parametrize("spec", [Conv2dSpec(1, 16, 8, 8, 16, (3, 3), 1, 1, group_channels=1),
+                                  Conv2dSpec(2, 12, 9, 9, 12, (3, 3), 2, 1, group_channels=2)])
+def test_grouped_tasks_count_their_dram_bytes_as_the_simulator_does(spec):
+    """A depthwise or grouped layer's space: one reduction block; each channel tile reads its own input blocks."""
     from tilewright.compiler.tune.task import Task
     task = Task("conv2d", spec, "tiny")
     assert {task.space().point(i)["in_channels"] for i in task.space().valid()} == {1}

@@ -170,6 +170,12 @@ CONV_BAD = [
     ("negative shift", dict(shift=-1), r"shift=-1 must be an integer in \[0, 63\]"),
     ("shift too big", dict(shift=64), r"shift=64 must be an integer in \[0, 63\]"),
     ("shift float", dict(shift=2.0), r"shift=2.0 must be an integer"),
+    ("groups not dividing", dict(x=i8(1, 4, 5, 5), w=i8(4, 2, 3, 3), groups=3),
+     r"groups=3 must be a positive integer dividing the 4 channels"),
+    ("groups changing width", dict(x=i8(1, 4, 5, 5), w=i8(8, 2, 3, 3), groups=2),
+     r"groups=2: weights must be 4x2xKHxKW \(as many outputs as inputs\), not 8x2x3x3"),
+    ("groups not fitting the block", dict(x=i8(1, 24, 5, 5), w=i8(24, 3, 3, 3), groups=8),
+     r"3-channel groups divide; config tiny has block_in 4"),
 ]
 
 

@@ -70,16 +70,16 @@ def test_chrome_trace_pairs_start_and_end():
         [("GEMM", 10, 8, "compute", 3), ("FINISH", 18, 1, "compute", 3)]
 
 
-@pytest.mark.parametrize("config, channels, size, stride, padding, kernel", [
-    ("tiny", 10, 7, 2, 1, 3), ("small", 20, 9, 1, 2, 5)])
-def test_depthwise_conv2d_on_the_rtl_equals_the_reference(config, channels, size, stride, padding, kernel):
-    """Each channel with its own kernel, on the GEMM with block-diagonal weights (more channels than a block,
-    and a partial last block)."""
+@pytest.mark.parametrize("config, channels, groups, size, stride, padding, kernel", [
+    ("tiny", 10, 10, 7, 2, 1, 3), ("small", 20, 20, 9, 1, 2, 5), ("small", 20, 5, 6, 1, 1, 3)])
+def test_grouped_conv2d_on_the_rtl_equals_the_reference(config, channels, groups, size, stride, padding, kernel):
+    """Depthwise (each channel with its own kernel) and groups of 4 channels, on the GEMM with block-diagonal
+    weights (more channels than a block, and a partial last block)."""
     rng = np.random.default_rng(channels)
     x = rng.integers(-128, 128, (1, channels, size, size), dtype=np.int8)
-    w = rng.integers(-128, 128, (channels, 1, kernel, kernel), dtype=np.int8)
+    w = rng.integers(-128, 128, (channels, channels // groups, kernel, kernel), dtype=np.int8)
     b = rng.integers(-3000, 3000, channels, dtype=np.int32)
-    kw = dict(stride=stride, padding=padding, shift=7, relu=True, groups=channels)
+    kw = dict(stride=stride, padding=padding, shift=7, relu=True, groups=groups)
     expected = conv2d_reference(x, w, b, **kw)
     out, stats = tilewright.conv2d(x, w, b, config=config, backend="rtl", **kw)
     np.testing.assert_array_equal(out, expected)
