@@ -33,7 +33,7 @@ import numpy as np
 from tilewright.compiler.graph import Graph, host_runs, ModelError, Node, TensorInfo, load_onnx, run_graph, run_node
 from tilewright.compiler.graph.host import QUANTIZED_WIDTHS
 from tilewright.compiler.graph.reference import is_reference
-from tilewright.compiler.graph.passes import lower_qoperator, simplify, strip_fake_quant, unfold_narrow_convs
+from tilewright.compiler.graph.passes import lower_integer_ops, lower_qoperator, simplify, strip_fake_quant, unfold_narrow_convs
 from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_input, layer_report, quantize
 from tilewright.compiler.ops import Conv2dSpec, DenseSpec
 from tilewright.compiler.tune.log import TuningLog, TuningLogError
@@ -455,7 +455,7 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     started = time.perf_counter()
     graph = model if isinstance(model, Graph) else load_onnx(model)
     shapes, dynamic = _input_shapes(graph, batch)
-    source = lower_qoperator(graph)
+    source = lower_integer_ops(lower_qoperator(graph))
     graph, given = strip_fake_quant(source)
     graph = simplify(graph, keep=set(given))
     _check_supported(graph)

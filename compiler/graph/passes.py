@@ -14,7 +14,7 @@ from .host import run_node
 from .ir import Node, TensorInfo
 
 __all__ = ["simplify", "fold_constants", "remove_identities", "fold_batch_norm", "remove_dead", "fuse",
-           "unfold_narrow_convs", "strip_fake_quant", "quantization_params", "lower_qoperator"]
+           "unfold_narrow_convs", "strip_fake_quant", "quantization_params", "lower_qoperator", "lower_integer_ops"]
 
 
 def simplify(graph, keep=frozenset()):
@@ -184,6 +184,105 @@ def _lowered_qoperator(n, constants):
     return [Node("DequantizeLinear", [x, sx, zx] if zx else [x, sx], [xf], {}, xf),
             Node(op, inputs, [yf], attrs, n.name),
             Node("QuantizeLinear", [yf, sy, zy] if zy else [yf, sy], [n.outputs[0]], {}, f"{n.name}/y")]
+
+
+def lower_integer_ops(graph):
+    """ConvInteger / MatMulInteger with constant weights whose int32 result is only cast to float and scaled
+    (``Cast → Mul``), lowered to a float Conv / MatMul with the scale and weight zero point folded into
+    the weights, so that they quantize and run on the accelerator like any layer:
+
+    * **static** (the multiplier a constant, per tensor or per output
+      channel): the input is dequantized first (DequantizeLinear with its
+      zero point, scale 1 — or the scale of the QuantizeLinear that made it,
+      which then pairs off with it), so the model's own input quantization
+      stays exact;
+    * **dynamic** (onnxruntime's ``quantize_dynamic``: the input comes from
+      DynamicQuantizeLinear and the multiplier is its run-time scale times a
+      constant): the float input is used directly, and the accelerator's
+      layer quantizes it with a calibrated scale (static) instead of one
+      computed per run.
+
+    Anything else keeps ONNX's integer semantics on the host.
+    """
+    constants, consumers, producer = dict(graph.constants), graph.consumers(), graph.producer()
+    replaced, drop = {}, set()
+    for n in graph.nodes:
+        lowered = _lowered_integer_op(n, graph, constants, consumers, producer)
+        if lowered is not None:
+            new_nodes, absorbed = lowered
+            replaced[id(n)] = new_nodes
+            drop.update(id(a) for a in absorbed)
+    if not replaced:
+        return graph
+    nodes = [m for n in graph.nodes if id(n) not in drop for m in replaced.get(id(n), [n])]
+    return remove_dead(graph.replace(nodes=nodes, constants=constants))
+
+
+def _channel_factor(value, channels, kind):
+    """A constant multiplier of a layer's output as one value per output channel (a scalar repeated), or None."""
+    if value is None:
+        return None
+    if np.size(value) == 1:
+        return np.full(channels, float(np.asarray(value).reshape(())), np.float32)
+    return _bias_vector(value, channels, kind)
+
+
+def _lowered_integer_op(n, graph, constants, consumers, producer):
+    """``(new nodes, absorbed nodes)`` for ConvInteger/MatMulInteger ``n`` (see :func:`lower_integer_ops`),
+    or None."""
+    if n.op not in ("ConvInteger", "MatMulInteger"):
+        return None
+    x, w = n.inputs[0], n.inputs[1]
+    zx, zw = (n.inputs[k] if k < len(n.inputs) else "" for k in (2, 3))
+    outputs = {o.name for o in graph.outputs}
+
+    def only_reader(tensor, op):
+        readers = consumers.get(tensor, [])
+        return readers[0] if tensor not in outputs and len(readers) == 1 and readers[0].op == op else None
+    cast = only_reader(n.outputs[0], "Cast")
+    mul = cast and cast.attr("to") == 1 and only_reader(cast.outputs[0], "Mul")         # (1: FLOAT)
+    if not mul or w not in constants or (zw and zw not in constants):
+        return None
+    kind, channels = ("TwConv", constants[w].shape[0]) if n.op == "ConvInteger" else ("TwDense", constants[w].shape[1])
+    factor = mul.inputs[1] if mul.inputs[0] == cast.outputs[0] else mul.inputs[0]
+    source = producer.get(x)
+    dynamic = source is not None and source.op == "DynamicQuantizeLinear" and source.outputs[2] == zx
+    if dynamic:         # factor = Mul(x's run-time scale, constant)
+        made = producer.get(factor)
+        if made is None or made.op != "Mul" or source.outputs[1] not in made.inputs:
+            return None
+        scale = _channel_factor(constants.get(made.inputs[1] if made.inputs[0] == source.outputs[1]
+                                              else made.inputs[0]), channels, kind)
+        x_scale = 1.0
+    else:
+        if zx and zx not in constants:
+            return None
+        scale = _channel_factor(constants.get(factor), channels, kind)
+        quantized = quantization_params(source, constants) if source is not None and source.op == "QuantizeLinear" \
+            else None
+        x_scale = quantized[0] if quantized else 1.0
+    if scale is None:
+        return None
+    wq = constants[w].astype(np.float64) - (constants[zw].astype(np.float64) if zw else 0.0)
+    if n.op == "ConvInteger":
+        if wq.ndim != 4 or np.size(constants.get(zw, 0)) != 1:
+            return None
+        wf = wq * (scale.astype(np.float64) / x_scale).reshape(-1, 1, 1, 1)
+    else:
+        if wq.ndim != 2 or np.size(constants.get(zw, 0)) not in (1, channels):
+            return None
+        wf = wq * (scale.astype(np.float64) / x_scale)
+    wname = f"{n.name}/w_float"
+    constants[wname] = wf.astype(np.float32)
+    if dynamic:
+        first, data = [], source.inputs[0]
+    else:
+        data = f"{n.name}/x_float"
+        constants[f"{data}/scale"] = np.array(x_scale, np.float32)
+        first = [Node("DequantizeLinear", [x, f"{data}/scale"] + ([zx] if zx else []), [data], {}, data)]
+    op = "Conv" if n.op == "ConvInteger" else "MatMul"
+    attrs = {k: v for k, v in n.attrs.items()} if op == "Conv" else {}
+    return first + [Node(op, [data, wname], mul.outputs, attrs, n.name)], [cast, mul]
 
 
 def fold_constants(graph):
