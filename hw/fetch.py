@@ -130,11 +130,18 @@ class Fetch(wiring.Component):
         for executing, routed in ((Stream.LOAD, to_load), (Stream.COMPUTE, to_compute), (Stream.STORE, to_store)):
             for flag in isa.illegal_flags(executing):
                 bad_flag |= routed & getattr(header, flag)
+        reserved_set = Signal()          # a bit beyond the fields of the word's instruction (isa.decode)
+        with m.Switch(opcode):
+            for op in isa.INSTRUCTION_TYPES:
+                with m.Case(op):
+                    m.d.comb += reserved_set.eq(word[isa.instruction_format(op, c).used_bits:].any())
         error = Signal(isa.ERROR_BITS)
         with m.If(bad_address | reader.error):
             m.d.comb += error.eq(ErrorCode.BUS_ERROR)
         with m.Elif(~opcode.matches(*isa.INSTRUCTION_TYPES)):
             m.d.comb += error.eq(ErrorCode.ILLEGAL_OPCODE)
+        with m.Elif(reserved_set):
+            m.d.comb += error.eq(ErrorCode.RESERVED_BITS)
         with m.Elif(bad_memory):
             m.d.comb += error.eq(ErrorCode.ILLEGAL_MEMORY_TYPE)
         with m.Elif((opcode == Opcode.ALU) & ~alu_op.matches(*AluOp)):

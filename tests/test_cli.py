@@ -12,7 +12,7 @@ from tilewright.asm import disassemble
 from tilewright.cli import main
 from tilewright.isa import Alu, AluOp, Finish, Load, MemType
 
-from .words import ILLEGAL_OPCODES, opcode_only
+from .words import ILLEGAL_OPCODES, opcode_only, with_reserved_bit
 
 
 def test_info_json_default():
@@ -58,11 +58,15 @@ def test_asm_disasm_round_trip(tmp_path, capsys):
     (["disasm", "{tmp}/odd.bin", "-c", "tiny"], "error: {tmp}/odd.bin: instruction stream of 5 bytes"),
     (["disasm", "{tmp}/illegal.bin", "-c", "tiny"],
      f"error: {{tmp}}/illegal.bin: illegal opcode {ILLEGAL_OPCODES[-1]}"),
+    (["disasm", "{tmp}/reserved.bin", "-c", "tiny"],
+     f"error: {{tmp}}/reserved.bin: FINISH: reserved bit {isa.instruction_format(isa.Finish, PRESETS['tiny']).used_bits} "
+     f"is set"),
 ])
 def test_user_errors_are_one_line(tmp_path, argv, message):
     (tmp_path / "bad.s").write_text("finish\nnop\n")
     (tmp_path / "odd.bin").write_bytes(bytes(5))
     (tmp_path / "illegal.bin").write_bytes(opcode_only(ILLEGAL_OPCODES[-1]))
+    (tmp_path / "reserved.bin").write_bytes(with_reserved_bit(isa.Finish()).to_bytes(isa.INSN_BYTES, "little"))
     argv = [a.format(tmp=tmp_path) for a in argv]
     proc = subprocess.run([sys.executable, "-m", "tilewright.cli", *argv], capture_output=True, text=True)
     assert proc.returncode == 1

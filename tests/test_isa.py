@@ -8,7 +8,7 @@ from tilewright.isa import (Alu, AluOp, ErrorCode, Finish, Gemm, IllegalInstruct
                             MemType, Queue, Store, Stream, Uop)
 
 from .strategies import instructions, uops
-from .words import ILLEGAL_OPCODES, get_field, opcode_only
+from .words import ILLEGAL_OPCODES, get_field, opcode_only, with_reserved_bit
 
 CONFIGS = list(PRESETS.values())
 
@@ -97,6 +97,21 @@ def test_decode_illegal_words():
     assert isa.fetch_error(raw)[0] == ErrorCode.ILLEGAL_MEMORY_TYPE
     with pytest.raises(IsaError, match=f"not a multiple of {isa.INSN_BYTES}"):
         isa.decode_program(bytes(isa.INSN_BYTES + 4), cfg)
+
+
+@pytest.mark.parametrize("insn", [Load(memory_type=MemType.INP, x_size=3), Store(), Gemm(uop_end=2), Alu(), Finish()],
+                         ids=lambda i: type(i).__name__)
+@pytest.mark.parametrize("highest", [False, True], ids=["lowest", "highest"])
+def test_a_set_reserved_bit_is_illegal(insn, highest):
+    """Every bit after an instruction's last field must be 0: decode (and so fsim and disasm) say which bit."""
+    cfg = PRESETS["tiny"]
+    word = with_reserved_bit(insn, cfg, highest=highest)
+    fmt = isa.instruction_format(type(insn), cfg)
+    bit = fmt.total_bits - 1 if highest else fmt.used_bits
+    with pytest.raises(IllegalInstruction, match=f"reserved bit {bit} is set") as e:
+        isa.decode(word, cfg)
+    assert e.value.code == ErrorCode.RESERVED_BITS
+    assert isa.decode(word & ~fmt.reserved_mask, cfg) == insn
 
 
 @pytest.mark.parametrize("insn, code", [

@@ -36,6 +36,13 @@ def with_opcode(word, opcode):
     return set_field(word, field_of("opcode"), opcode)
 
 
+def with_reserved_bit(insn, cfg=PRESETS["tiny"], *, highest=False):
+    """The 128-bit word of ``insn`` with its lowest (or highest) reserved bit set: beyond its last field."""
+    fmt = isa.instruction_format(type(insn), cfg)
+    assert fmt.reserved_mask, f"{fmt.name} uses every bit under config {cfg.name}"
+    return int.from_bytes(isa.encode(insn, cfg), "little") | (1 << (fmt.total_bits - 1 if highest else fmt.used_bits))
+
+
 def opcode_only(opcode):
     """The :data:`isa.INSN_BYTES` bytes of a word whose opcode is ``opcode`` and every other bit 0."""
     return with_opcode(0, opcode).to_bytes(isa.INSN_BYTES, "little")

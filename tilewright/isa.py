@@ -96,6 +96,7 @@ class ErrorCode(enum.IntEnum):
     BUS_ERROR = 8             # DRAM access outside memory (an AXI error response)
     DEADLOCK = 9              # every stream waits and no instruction can move
     PROTOCOL = 10             # FINISH with tokens left or other streams not drained
+    RESERVED_BITS = 11        # fetch: a bit beyond the instruction's fields is set
 
 
 #: Bits of an error code, in the hardware's error ports and the status register.
@@ -379,6 +380,8 @@ class Format:
             offset += width
         self.used_bits = offset
         self.by_name = {f.name: f for f in self.fields}
+        #: The bits no field uses (they follow the fields); a legal word has them all zero.
+        self.reserved_mask = ((1 << total_bits) - 1) & ~((1 << offset) - 1)
 
     def __repr__(self):
         return f"Format({self.name}, {self.used_bits}/{self.total_bits} bits)"
@@ -463,14 +466,21 @@ def encode(insn, cfg):
 def decode(data, cfg):
     """The instruction in 16 bytes (or a 128-bit int).
 
-    Raises :class:`IllegalInstruction` (``ILLEGAL_OPCODE``) for an unknown
-    opcode; see :meth:`Format.unpack` for illegal enum values.
+    Raises :class:`IllegalInstruction` for an unknown opcode
+    (``ILLEGAL_OPCODE``), then for a set bit beyond the instruction's fields
+    (``RESERVED_BITS``), as fetch checks them; see :meth:`Format.unpack` for
+    illegal enum values.
     """
     word = int.from_bytes(data, "little") if isinstance(data, (bytes, bytearray, memoryview)) else data
     opcode = word & ((1 << OPCODE_BITS) - 1)
     if opcode not in INSTRUCTION_TYPES:
         raise IllegalInstruction(ErrorCode.ILLEGAL_OPCODE, f"illegal opcode {opcode}")
-    return instruction_format(opcode, cfg).unpack(word)
+    fmt = instruction_format(opcode, cfg)
+    if word & fmt.reserved_mask:
+        raise IllegalInstruction(ErrorCode.RESERVED_BITS,
+                                 f"{fmt.name}: reserved bit {(word & fmt.reserved_mask).bit_length() - 1} is set "
+                                 f"(bits {fmt.used_bits}-{fmt.total_bits - 1} must be zero)")
+    return fmt.unpack(word)
 
 
 def encode_program(insns, cfg):

@@ -22,7 +22,7 @@ from tilewright.hw.axi import BOUNDARY_BYTES, BURST_INCR
 from tilewright.hw.fetch import Fetch
 from tilewright.isa import Alu, AluOp, Finish, Gemm, Load, MemType, Store, Stream
 
-from ..words import ILLEGAL_OPCODES, with_opcode
+from ..words import ILLEGAL_OPCODES, with_opcode, with_reserved_bit
 
 TINY = PRESETS["tiny"]
 STREAMS = {Stream.LOAD: "load", Stream.COMPUTE: "compute", Stream.STORE: "store"}
@@ -76,6 +76,10 @@ ILLEGAL = {
     "store push_next": lambda rng: Store(push_next=True),
     # The first problem in fetch_error's order wins.
     "bad type and flag": lambda rng: Load(memory_type=7, pop_prev=True),
+    # reserved bits come right after the opcode: before a bad memory type or flag
+    "reserved bit and bad type": lambda rng: with_reserved_bit(Load(memory_type=7, pop_prev=True)),
+    "reserved bit gemm": lambda rng: with_reserved_bit(Gemm(uop_end=3, iter_in=2)),
+    "reserved bit finish (highest)": lambda rng: with_reserved_bit(Finish(push_prev=True), highest=True),
 }
 
 

@@ -13,7 +13,7 @@ from tilewright.sim.differential import fsim_outcomes, run_differential
 from tilewright.sim.fuzz import program_image, random_program
 from tilewright.sim.rtl import Job, run_programs
 
-from ..words import ILLEGAL_OPCODES, opcode_only
+from ..words import ILLEGAL_OPCODES, opcode_only, with_reserved_bit
 
 DRAM_BYTES = 1 << 16
 RANDOM_PROGRAMS = {"tiny": 120, "small": 100, "compact": 30, "medium": 30}
@@ -115,6 +115,8 @@ ERROR_PROGRAMS = {
     ErrorCode.DEADLOCK: [noop(L).replace(pop_next=True, push_next=True),
                          noop(C).replace(pop_prev=True, push_prev=True), Finish()],
     ErrorCode.PROTOCOL: [Gemm(push_next=True), Finish()],
+    ErrorCode.RESERVED_BITS: isa.encode_program([Gemm()], TINY)
+    + with_reserved_bit(Alu(), TINY).to_bytes(isa.INSN_BYTES, "little") + isa.encode_program([Finish()], TINY),
 }
 
 
