@@ -37,6 +37,9 @@ class StoreUnit(wiring.Component):
     acc_read_free : In(1)
         ``acc_read`` may be read this cycle (with ``lean`` the port is the ALU's between its instructions).
     axi : Out(AxiWriteSignature)
+    program_start, program_end : In(addr_width + 1)
+        Byte range of the running program's instructions: a STORE reaching into it is
+        ``STORE_OVER_PROGRAM``.
     halt, fault, error, index, status and counter outputs as in the other units
     """
 
@@ -50,6 +53,7 @@ class StoreUnit(wiring.Component):
             "acc_read": In(ReadPort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"))),
             "acc_read_free": In(1),
             "axi": Out(AxiWriteSignature(addr_width=addr_width, data_width=cfg.dram_bus_width)),
+            "program_start": In(addr_width + 1), "program_end": In(addr_width + 1),
             "halt": In(1),
             "fault": Out(1), "error": Out(isa.ERROR_BITS), "index": Out(32), "started": Out(1),
             "busy": Out(1), "blocked": Out(1), "retired": Out(1), "dma_busy": Out(1),
@@ -78,6 +82,9 @@ class StoreUnit(wiring.Component):
             check.depth.eq(c.acc_depth),          # OUT and ACC share one index space
             check.dram_base.eq(insn.dram_base), check.x_size.eq(insn.x_size), check.y_size.eq(insn.y_size),
             check.x_stride.eq(insn.x_stride), check.dram_limit.eq((1 << self.addr_width) >> shift),
+            # the program's bytes as whole elements: any element sharing a byte with it
+            check.guard_lo.eq(self.program_start >> shift),
+            check.guard_hi.eq((self.program_end + (E - 1)) >> shift),
         ]
         count = check.extent                      # y_size·x_size elements, once checked
         m.d.comb += [

@@ -227,6 +227,12 @@ class Datapath(wiring.Component):
 
         # -- fetch control and counter events -----------------------------------------
         m.d.comb += [fetch.start.eq(self.start), fetch.addr.eq(self.insn_addr), fetch.count.eq(self.insn_count)]
+        # The program's bytes, which no STORE may reach (isa.ErrorCode.STORE_OVER_PROGRAM), latched as fetch
+        # latches its address; past the bus the run stops at fetch before any STORE.
+        with m.If(self.start):
+            end = self.insn_addr + self.insn_count * isa.INSN_BYTES
+            m.d.sync += [store.program_start.eq(self.insn_addr),
+                         store.program_end.eq(Mux(end > (1 << aw), 1 << aw, end))]
         events = {
             "gemm_busy": compute.gemm_busy, "alu_busy": compute.alu_busy,
             "load_busy": load.dma_busy, "store_busy": store.dma_busy,

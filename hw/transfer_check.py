@@ -17,6 +17,9 @@ from tilewright.isa import ERROR_BITS, ErrorCode
 
 __all__ = ["TransferCheck"]
 
+#: Width of the guarded range's bounds, in elements (as ``dram_end``'s).
+GUARD_BITS = isa.DRAM_ADDR_BITS + 2
+
 #: Most rows or columns a LOAD writes: the padding on both sides plus the data.
 MAX_EXTENT = 2 * ((1 << isa.PAD_BITS) - 1) + (1 << isa.SIZE_BITS)
 
@@ -26,8 +29,10 @@ class TransferCheck(wiring.Component):
 
     ``error`` is ``SRAM_RANGE`` when ``sram_base + rows·cols > depth``,
     else ``BUS_ERROR`` when the last DRAM element, ``dram_base + (y_size-1)·x_stride
-    + x_size`` (one past it), exceeds ``dram_limit``, else 0 — the
-    order in which the functional simulator checks them. The inputs must
+    + x_size`` (one past it), exceeds ``dram_limit``, else
+    ``STORE_OVER_PROGRAM`` when ``[dram_base, that end)`` meets ``[guard_lo,
+    guard_hi)``, else 0 — the order in which the functional simulator checks
+    them. The inputs must
     stay stable from ``start`` until ``done``; ``y_size`` is at least 1.
 
     Parameters
@@ -47,6 +52,8 @@ class TransferCheck(wiring.Component):
         The DRAM rows, in elements.
     dram_limit : In(DRAM_ADDR_BITS + 1)
         Elements on the bus.
+    guard_lo, guard_hi : In(GUARD_BITS)
+        DRAM elements the rows must not reach (a STORE: the running program's); 0 and 0 for none.
     done : Out(1)
         One-cycle pulse, :data:`LATENCY` cycles after ``start`` (more when ``serial``).
     error : Out(ERROR_BITS)
@@ -67,6 +74,7 @@ class TransferCheck(wiring.Component):
             "depth": In(sram_bits + 1),
             "dram_base": In(isa.DRAM_ADDR_BITS), "x_size": In(isa.SIZE_BITS), "y_size": In(isa.SIZE_BITS),
             "x_stride": In(isa.SIZE_BITS), "dram_limit": In(isa.DRAM_ADDR_BITS + 1),
+            "guard_lo": In(GUARD_BITS), "guard_hi": In(GUARD_BITS),
             "done": Out(1), "error": Out(ERROR_BITS), "extent": Out(self.product_bits),
         })
 
@@ -95,7 +103,9 @@ class TransferCheck(wiring.Component):
         dram_end = Signal(isa.DRAM_ADDR_BITS + 2, reset_less=True)
         sram_bad = Signal()
         bus_bad = Signal()
-        m.d.comb += self.error.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE, Mux(bus_bad, ErrorCode.BUS_ERROR, 0)))
+        guard_bad = Signal()
+        m.d.comb += self.error.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE, Mux(bus_bad, ErrorCode.BUS_ERROR,
+                                                                          Mux(guard_bad, ErrorCode.STORE_OVER_PROGRAM, 0))))
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):       # the rectangle's size into the multiplier
@@ -111,7 +121,8 @@ class TransferCheck(wiring.Component):
                     m.d.sync += dram_end.eq(dram_last + product)
                     m.next = "COMPARE"
             with m.State("COMPARE"):
-                m.d.sync += [sram_bad.eq(sram_end > self.depth), bus_bad.eq(dram_end > self.dram_limit)]
+                m.d.sync += [sram_bad.eq(sram_end > self.depth), bus_bad.eq(dram_end > self.dram_limit),
+                             guard_bad.eq((self.dram_base < self.guard_hi) & (dram_end > self.guard_lo))]
                 m.next = "DONE"
             with m.State("DONE"):
                 m.d.comb += self.done.eq(1)

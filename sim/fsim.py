@@ -165,6 +165,7 @@ class FunctionalSimulator:
         self._uop_fields = isa.uop_format(c).fields
         self._wgt_version, self._weight_cache = 0, {}
         self._plans = {}            # GEMM/ALU instruction -> plan, until the next LOAD UOP
+        self._program = None        # byte range of the running program's instructions, if run from DRAM
         self._depth = {mem: c.depth(mem) for mem in ("uop", "inp", "wgt", "acc", "out")}
         self.stats = RunStats()
 
@@ -193,6 +194,10 @@ class FunctionalSimulator:
         from DRAM. Returns the :class:`RunStats` of the run; raises a
         :class:`SimError` subclass carrying the error code on failure.
         """
+        self._program = None        # (not in DRAM: no STORE can reach it)
+        return self._run_words(program)
+
+    def _run_words(self, program):
         data = program if isinstance(program, (bytes, bytearray)) else isa.encode_program(program, self.cfg)
         if len(data) % isa.INSN_BYTES:
             raise isa.IsaError(f"instruction stream of {len(data)} bytes is not a multiple of {isa.INSN_BYTES}")
@@ -203,7 +208,10 @@ class FunctionalSimulator:
         """Run ``insn_count`` instructions stored in DRAM at byte address ``insn_addr``.
 
         The address must be 16-byte aligned and the instructions inside DRAM,
-        else the run stops with ``BUS_ERROR`` before it starts.
+        else the run stops with ``BUS_ERROR`` before it starts. The instructions
+        are read once, before the run; a STORE whose DRAM rows reach into them
+        stops the run with ``STORE_OVER_PROGRAM`` before it writes (the RTL
+        fetches while the streams run, so the program must not change under it).
         """
         if insn_addr % isa.INSN_BYTES:
             raise ExecutionError(ErrorCode.BUS_ERROR,
@@ -212,7 +220,8 @@ class FunctionalSimulator:
             data = self.dram.read(insn_addr, insn_count * isa.INSN_BYTES).tobytes()
         except ValueError as e:
             raise ExecutionError(ErrorCode.BUS_ERROR, f"instruction fetch: {e}") from None
-        return self.run(data)
+        self._program = (insn_addr, insn_addr + len(data))
+        return self._run_words(data)
 
     def _execute(self, words):
         self.stats = stats = RunStats()
@@ -389,6 +398,11 @@ class FunctionalSimulator:
         self._check_sram(insn, "out")
         elem = self.cfg.elem_bytes("out")
         rows = self._dram_rows(insn, elem)
+        if self._program and insn.dram_base * elem < self._program[1] and dram_end(insn) * elem > self._program[0]:
+            raise ExecutionError(ErrorCode.STORE_OVER_PROGRAM,
+                                 f"STORE writes DRAM bytes [{insn.dram_base * elem:#x}, {dram_end(insn) * elem:#x}), "
+                                 f"which reach into the program's instructions [{self._program[0]:#x}, "
+                                 f"{self._program[1]:#x})")
         span = slice(insn.sram_base, insn.sram_base + insn.y_size * insn.x_size)
         data = requantize(self._acc[span], insn.mul, insn.shift, insn.relu, acc_width=self.cfg.acc_width,
                           out_width=self.cfg.out_width, bias=self._bias if insn.bias else 0) \

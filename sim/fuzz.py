@@ -14,9 +14,12 @@ from seed to seed, and no fetch order can deadlock: every instruction that
 waits for a token comes after its producer in program order.
 
 The result is deterministic on any correct implementation: fsim and the RTL
-must leave identical DRAM and counters.
+must leave identical DRAM and counters. With ``over_program``, one STORE is
+aimed into the program's own instructions: both must stop with
+``STORE_OVER_PROGRAM`` at that STORE, having written nothing of it.
 """
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -29,7 +32,7 @@ from tilewright.isa import Alu, AluOp, Gemm, Load, MemType, Store, Stream, Uop
 
 from .dram import Dram
 
-__all__ = ["ProgramImage", "random_program", "program_image"]
+__all__ = ["ProgramImage", "random_program", "program_image", "store_over_program"]
 
 
 @dataclass
@@ -269,7 +272,27 @@ class _Generator:
         return b.finish()
 
 
-def random_program(cfg, seed, *, dram_bytes=1 << 16, steps=None, threads=None):
-    """A :class:`ProgramImage` for ``cfg``, fully determined by ``seed``."""
+def random_program(cfg, seed, *, dram_bytes=1 << 16, steps=None, threads=None, over_program=False):
+    """A :class:`ProgramImage` for ``cfg``, fully determined by ``seed`` (see the module docstring)."""
     g = _Generator(cfg, seed, dram_bytes, steps, threads)
-    return program_image(cfg, g.program(), dram=g.dram, seed=seed, threads=g.threads)
+    image = program_image(cfg, g.program(), dram=g.dram, seed=seed, threads=g.threads)
+    return store_over_program(image, seed) if over_program else image
+
+
+def store_over_program(image, seed):
+    """``image`` with one of its STOREs (chosen by ``seed``) writing from an element of its own instructions
+    on; the program keeps its length and place."""
+    cfg = image.cfg
+    insns = isa.decode_program(image.binary, cfg)
+    stores = [k for k, insn in enumerate(insns) if isinstance(insn, Store) and not insn.moves_nothing]
+    if not stores:
+        return image
+    rng = random.Random(seed)
+    elem = cfg.elem_bytes("out")
+    first, end = image.insn_addr // elem, -(-(image.insn_addr + len(image.binary)) // elem)
+    k = rng.choice(stores)
+    insns[k] = insns[k].replace(dram_base=rng.randrange(first, end))
+    binary = isa.encode_program(insns, cfg)
+    dram = bytearray(image.dram)
+    dram[image.insn_addr:image.insn_addr + len(binary)] = binary
+    return dataclasses.replace(image, dram=bytes(dram), binary=binary)

@@ -97,6 +97,7 @@ class ErrorCode(enum.IntEnum):
     DEADLOCK = 9              # every stream waits and no instruction can move
     PROTOCOL = 10             # FINISH with tokens left or other streams not drained
     RESERVED_BITS = 11        # fetch: a bit beyond the instruction's fields is set
+    STORE_OVER_PROGRAM = 12   # STORE: DRAM rows reaching into the running program's instructions
 
 
 #: Bits of an error code, in the hardware's error ports and the status register.

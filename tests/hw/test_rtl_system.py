@@ -120,6 +120,19 @@ ERROR_PROGRAMS = {
 }
 
 
+def test_a_store_into_the_running_program_stops_the_rtl_as_in_fsim():
+    """Random programs with one STORE aimed into their own instructions: both tiers stop there with
+    STORE_OVER_PROGRAM and leave the same DRAM (the instructions unchanged); a program kept clear of
+    itself runs on."""
+    programs = [random_program(TINY, seed, dram_bytes=DRAM_BYTES, over_program=True) for seed in range(10)]
+    outcomes = fsim_outcomes(TINY, programs, dram_bytes=DRAM_BYTES)
+    assert sum(o.error == ErrorCode.STORE_OVER_PROGRAM for o in outcomes) >= 8
+    for program, outcome in zip(programs, outcomes):
+        start = program.insn_addr
+        assert outcome.dram[start:start + len(program.binary)] == program.binary
+    run_differential(TINY, programs + [random_program(TINY, 10, dram_bytes=DRAM_BYTES)], dram_bytes=DRAM_BYTES)
+
+
 def test_every_error_code_stops_the_rtl_as_in_fsim():
     programs = [program_image(TINY, p, dram_bytes=DRAM_BYTES, seed=int(code)) for code, p in ERROR_PROGRAMS.items()]
     programs.append(program_image(TINY, [Gemm()], dram_bytes=DRAM_BYTES, seed=99))        # no FINISH

@@ -16,8 +16,11 @@ def expected(case):
     """The error the functional simulator's order of checks gives, and the extent."""
     if case["sram_base"] + case["rows"] * case["cols"] > case["depth"]:
         return ErrorCode.SRAM_RANGE
-    if case["dram_base"] + (case["y_size"] - 1) * case["x_stride"] + case["x_size"] > case["dram_limit"]:
+    end = case["dram_base"] + (case["y_size"] - 1) * case["x_stride"] + case["x_size"]
+    if end > case["dram_limit"]:
         return ErrorCode.BUS_ERROR
+    if case["dram_base"] < case["guard_hi"] and end > case["guard_lo"]:
+        return ErrorCode.STORE_OVER_PROGRAM
     return 0
 
 
@@ -31,7 +34,26 @@ def random_case(rng):
         "x_size": rng.randrange(1 << isa.SIZE_BITS), "y_size": rng.randrange(1, 1 << isa.SIZE_BITS),
         "x_stride": rng.randrange(1 << isa.SIZE_BITS),
         "dram_limit": rng.choice([1 << 16, 1 << 20, 1 << isa.DRAM_ADDR_BITS]),
-    }
+        **_guard(rng),
+    } | (_inside(rng) if rng.random() < 0.5 else {})
+
+
+def _inside(rng):
+    """A rectangle that fits its buffer and rows on the bus, so that the guard decides."""
+    base = rng.randrange(1 << 16)
+    guard_lo = max(0, base + rng.randrange(-2048, 4096))        # (around the rows: overlapping or just not)
+    return {"sram_base": 0, "depth": 1 << SRAM_BITS, "rows": rng.randrange(1, 32), "cols": rng.randrange(1, 32),
+            "dram_base": base, "x_size": rng.randrange(1, 64), "y_size": rng.randrange(1, 16),
+            "x_stride": rng.randrange(64, 256), "dram_limit": 1 << isa.DRAM_ADDR_BITS,
+            "guard_lo": guard_lo, "guard_hi": guard_lo + rng.randrange(1, 2048)}
+
+
+def _guard(rng):
+    """No guarded range (a LOAD), or one somewhere in the low 64 Ki elements, where the rows often are."""
+    if rng.random() < 0.3:
+        return {"guard_lo": 0, "guard_hi": 0}
+    lo = rng.randrange(1 << 16)
+    return {"guard_lo": lo, "guard_hi": lo + rng.randrange(1, 1 << 12)}
 
 
 @pytest.mark.parametrize("serial", [False, True], ids=["parallel", "serial"])

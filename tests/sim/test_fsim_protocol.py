@@ -170,3 +170,28 @@ def test_bus_error_and_stats_at_stop():
                  dram_bytes=4096)
     assert err.code == ErrorCode.BUS_ERROR and "outside memory" in str(err)
     assert err.stats.instructions["compute"] == 2
+
+
+def test_a_store_reaching_into_the_program_stops_before_it_writes():
+    """fsim reads the program once; the RTL fetches while it runs: a STORE into the program's own bytes
+    is STORE_OVER_PROGRAM in both, before it writes. One byte of overlap at either end is enough, one
+    byte away is not; a program not in DRAM (run from bytes) has nothing to guard."""
+    cfg = TINY
+    elem = cfg.elem_bytes("out")
+    base = 64 * elem                                        # the program's first byte: element 64
+    program = [noop(Stream.COMPUTE).replace(push_next=True), Store(dram_base=0, y_size=1, x_size=2, x_stride=2,
+                                                                   pop_prev=True, push_prev=True),
+               Finish(pop_next=True)]
+    size = len(program) * isa.INSN_BYTES
+    for first, stops in [(62, False), (63, True), (64 + -(-size // elem) - 1, True), (64 + -(-size // elem), False)]:
+        insns = [program[0], program[1].replace(dram_base=first), program[2]]
+        sim = FunctionalSimulator(cfg, dram_bytes=1 << 14)
+        sim.dram.write(base, isa.encode_program(insns, cfg))
+        if stops:
+            with pytest.raises(ExecutionError) as e:
+                sim.run_dram(base, len(insns))
+            assert (e.value.code, e.value.index) == (ErrorCode.STORE_OVER_PROGRAM, 1)
+            assert bytes(sim.dram.read(base, size)) == isa.encode_program(insns, cfg)
+        else:
+            sim.run_dram(base, len(insns))
+        FunctionalSimulator(cfg, dram_bytes=1 << 14).run(insns)
