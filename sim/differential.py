@@ -12,7 +12,7 @@ import numpy as np
 from tilewright.hw.regs import built_counters
 from tilewright.isa import ErrorCode
 
-from .fsim import FunctionalSimulator, SimError
+from .fsim import BudgetError, FunctionalSimulator, SimError
 from .rtl import Job, run_programs
 
 __all__ = ["Outcome", "fsim_outcomes", "compare", "Mismatch", "run_differential", "SHARED_COUNTERS"]
@@ -51,6 +51,8 @@ def fsim_outcomes(cfg, programs, *, dram_bytes):
                 if name in built:
                     value = getattr(stats, field)
                     counters[name] = value[key] if key else value
+        except BudgetError:
+            raise           # (fsim's own limit: no outcome the RTL could be compared with)
         except SimError as e:
             error, counters = e.code, None
         outcomes.append(Outcome(sim.dram.data.tobytes(), int(error), counters))

@@ -11,6 +11,15 @@ Each GEMM or ALU instruction is evaluated as a few batched numpy operations
 over its loops and micro-ops (GEMM as float64 matrix products, exact for
 these operand widths), never as a Python loop per micro-op.
 
+Budgets: fsim is software, so a run has a budget of operations
+(``max_ops``: micro-ops of GEMM and ALU instructions, SRAM entries moved by
+LOAD and STORE, one for anything else), checked before each instruction
+starts; a run that would exceed it stops with :class:`BudgetError`, naming
+the instruction, instead of computing for hours. GEMM and ALU instructions
+larger than a chunk run a part of their loops at a time, in order, so memory
+stays bounded whatever their loop counts (an error in any part is found
+before the first part writes).
+
 Scheduling: by default the compute stream runs whenever it can, then store,
 then load. Any order gives the same result for a program whose tokens order
 every conflicting access; running compute first makes FINISH execute as early
@@ -27,13 +36,21 @@ import numpy as np
 
 from tilewright import isa
 from tilewright.config import load_config
-from tilewright.isa import Alu, ErrorCode, Finish, Gemm, Load, MemType, Store, Stream, dram_end
+from tilewright.isa import Alu, AluOp, ErrorCode, Finish, Gemm, Load, MemType, Store, Stream, dram_end
 from tilewright.semantics import alu as alu_op, requantize, wrap
 
 from .dram import Dram
 
 __all__ = ["FunctionalSimulator", "RunStats", "SimError", "ExecutionError", "DeadlockError",
-           "ProtocolError", "Blocked"]
+           "ProtocolError", "BudgetError", "Blocked", "MAX_OPS"]
+
+#: Default operation budget of one run (see the module docstring): about 100 times the largest layer
+#: program the compiler makes (ResNet-18 on ``tiny``, batch 8), and a few minutes of fsim at most.
+MAX_OPS = 1 << 28
+#: Loop positions × micro-ops evaluated at once by a GEMM (bounds its index and product arrays) …
+GEMM_CHUNK = 1 << 16
+#: … and by an ALU instruction (whose micro-ops, when they reuse a destination, are ordered in waves).
+ALU_CHUNK = 1 << 12
 
 
 # -- errors ------------------------------------------------------------------
@@ -63,12 +80,13 @@ class SimError(Exception):
 
     def __init__(self, code, message, *, index=None, stream=None):
         super().__init__(message)
-        self.code, self.message, self.index, self.stream = ErrorCode(code), message, index, stream
+        self.code = None if code is None else ErrorCode(code)
+        self.message, self.index, self.stream = message, index, stream
         self.stats = None
 
     def __str__(self):
         where = "" if self.index is None else f"instruction {self.index}: "
-        return f"{self.code.name}: {where}{self.message}"
+        return f"{self.code.name if self.code is not None else 'BUDGET'}: {where}{self.message}"
 
 
 class ExecutionError(SimError):
@@ -81,6 +99,14 @@ class DeadlockError(SimError):
     def __init__(self, message, blocked, **kw):
         self.blocked = blocked
         super().__init__(ErrorCode.DEADLOCK, message + "".join(f"\n  {b}" for b in blocked), **kw)
+
+
+class BudgetError(SimError):
+    """fsim's own limit, not the hardware's (``code`` is None): the run would spend more operations than its
+    budget (``max_ops``)."""
+
+    def __init__(self, message, **kw):
+        super().__init__(None, message, **kw)
 
 
 class ProtocolError(SimError):
@@ -135,6 +161,8 @@ class FunctionalSimulator:
         Size of the simulated DRAM.
     priority : sequence of Stream
         Order in which runnable streams are stepped (compute, store, load).
+    max_ops : int
+        Operations one run may spend (see the module docstring).
 
     Attributes
     ----------
@@ -145,8 +173,11 @@ class FunctionalSimulator:
     """
 
     def __init__(self, config="default", *, dram_bytes=256 << 20,
-                 priority=(Stream.COMPUTE, Stream.STORE, Stream.LOAD)):
+                 priority=(Stream.COMPUTE, Stream.STORE, Stream.LOAD), max_ops=MAX_OPS):
+        if not (isinstance(max_ops, int) and max_ops > 0):
+            raise ValueError(f"max_ops must be a positive integer, not {max_ops!r}")
         self.cfg = load_config(config)
+        self.max_ops = max_ops
         self.dram = Dram(dram_bytes)
         self.priority = tuple(Stream(s) for s in priority)
         if sorted(self.priority) != list(Stream):
@@ -231,6 +262,7 @@ class FunctionalSimulator:
         cmd = {s: deque() for s in Stream}         # (index, insn) per stream
         tokens = dict.fromkeys(isa.Queue, 0)
         pc, fetched = 0, None                      # fetched: decoded, waiting for queue room
+        spent = 0                                  # operations of the budget
 
         def blocker(stream, index, insn):
             for flag in ("pop_prev", "pop_next"):
@@ -278,6 +310,11 @@ class FunctionalSimulator:
                 stats.instructions[stream.name.lower()] += 1
                 self.executed.append(index)
                 try:
+                    cost = _cost(insn)
+                    if spent + cost > self.max_ops:
+                        raise BudgetError(f"{insn.OPCODE.name} needs {cost:,} operations; the run has spent "
+                                          f"{spent:,} of its budget of {self.max_ops:,} (max_ops)")
+                    spent += cost
                     self._dispatch(insn)
                 except SimError as e:
                     e.index, e.stream = index, stream
@@ -432,11 +469,12 @@ class FunctionalSimulator:
             self._plans[insn] = plan
         return plan
 
-    def _loop_indices(self, insn, fields):
+    def _loop_indices(self, insn, fields, part=None):
         """Micro-op columns and loop strides of a GEMM/ALU instruction, range-checked.
 
         Returns ``{name: _Index}`` for each requested index (``dst``,
-        ``src``, ``wgt``) mapped to the buffer it addresses.
+        ``src``, ``wgt``) mapped to the buffer it addresses; of the loop
+        positions ``part`` (a :func:`_parts` tuple) only, if given.
         """
         c = self.cfg
         if insn.uop_bgn > insn.uop_end or insn.uop_end > c.uop_depth:
@@ -446,8 +484,13 @@ class FunctionalSimulator:
         result = {}
         for name, buffer in fields.items():
             row = {"dst": 0, "src": 1, "wgt": 2}[name]
-            index = _Index(self._uop[row, insn.uop_bgn:insn.uop_end], insn.iter_out, insn.iter_in,
-                           getattr(insn, f"{name}_factor_out"), getattr(insn, f"{name}_factor_in"))
+            f_out, f_in = getattr(insn, f"{name}_factor_out"), getattr(insn, f"{name}_factor_in")
+            uops = self._uop[row, insn.uop_bgn:insn.uop_end]
+            if part is None:
+                index = _Index(uops, insn.iter_out, insn.iter_in, f_out, f_in)
+            else:
+                o0, n_out, i0, n_in = part
+                index = _Index(uops + o0 * f_out + i0 * f_in, n_out, n_in, f_out, f_in)
             if index.top >= self._depth[buffer]:
                 raise ExecutionError(ErrorCode.INDEX_RANGE,
                                      f"{type(insn).__name__.upper()} {name} index reaches {index.top}, "
@@ -461,7 +504,15 @@ class FunctionalSimulator:
         self._out[rows] = values
 
     def _gemm(self, insn):
-        plan = self._plan(insn)
+        if insn.uop_count <= GEMM_CHUNK:
+            self._run_gemm(self._plan(insn))
+        else:       # range-checked whole, then run a part of the loops at a time
+            self._loop_indices(insn, {"dst": "acc"} if insn.reset else {"dst": "acc", "src": "inp", "wgt": "wgt"})
+            for part in _parts(insn, GEMM_CHUNK):
+                self._run_gemm(self._gemm_plan(insn, part))
+        self.stats.gemm_uops += insn.uop_count
+
+    def _run_gemm(self, plan):
         if plan.reset:
             self._write_acc(plan.rows, 0)
         elif plan.groups or plan.by_weight:
@@ -480,9 +531,8 @@ class FunctionalSimulator:
                 total = self._acc[plan.rows].astype(np.int64)
                 np.add.at(total, plan.inverse, products)
                 self._write_acc(plan.rows, total)
-        self.stats.gemm_uops += insn.uop_count
 
-    def _gemm_plan(self, insn):
+    def _gemm_plan(self, insn, part=None):
         """Rows and operand selections of one GEMM instruction.
 
         Micro-ops are grouped by destination; each group's inputs and weights,
@@ -492,10 +542,10 @@ class FunctionalSimulator:
         instructions multiply per weight instead (``by_weight``).
         """
         if insn.reset:
-            dst = self._loop_indices(insn, {"dst": "acc"})["dst"]
+            dst = self._loop_indices(insn, {"dst": "acc"}, part)["dst"]
             return _GemmPlan(reset=True, rows=_rows(dst.all()))
-        idx = self._loop_indices(insn, {"dst": "acc", "src": "inp", "wgt": "wgt"})
-        if not insn.uop_count:
+        idx = self._loop_indices(insn, {"dst": "acc", "src": "inp", "wgt": "wgt"}, part)
+        if not (idx["dst"].positions and idx["dst"].uops.size):
             return _GemmPlan()
         dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
         overwrite = insn.overwrite
@@ -561,19 +611,68 @@ class FunctionalSimulator:
     def _alu(self, insn):
         c = self.cfg
         imm = wrap(insn.imm, c.acc_width)
-        for dst, src in self._plan(insn):
-            b = imm if src is None else self._acc[src]
-            self._write_acc(dst, alu_op(insn.alu_op, self._acc[dst], b, c.acc_width))
+        small = insn.uop_count <= ALU_CHUNK
+        if not small:       # range-checked whole, then a part of the loops at a time
+            self._loop_indices(insn, {"dst": "acc"} if insn.use_imm else {"dst": "acc", "src": "acc"})
+        for part in [None] if small else _parts(insn, ALU_CHUNK):
+            if insn.use_imm and insn.alu_op in _REPEATABLE:
+                self._alu_repeated(insn, imm, part)
+                continue
+            for dst, src in self._plan(insn) if small else self._alu_plan(insn, part):
+                b = imm if src is None else self._acc[src]
+                self._write_acc(dst, alu_op(insn.alu_op, self._acc[dst], b, c.acc_width))
         self.stats.alu_uops += insn.uop_count
 
-    def _alu_plan(self, insn):
-        """``[(dst rows, src rows or None)]`` per wave of one ALU instruction."""
-        idx = self._loop_indices(insn, {"dst": "acc"} if insn.use_imm else {"dst": "acc", "src": "acc"})
-        if not insn.uop_count:
+    def _alu_repeated(self, insn, imm, part):
+        """An immediate MIN/MAX/ADD/MUL applied to each destination row as many times as the micro-ops name
+        it, at once: ``k`` of them are one MIN or MAX, an ADD of ``k·imm`` or a MUL by ``imm**k`` (modulo
+        2**acc_width, where the hardware's sums and products live)."""
+        dst = self._loop_indices(insn, {"dst": "acc"}, part)["dst"]
+        if not (dst.positions and dst.uops.size):
+            return
+        rows, times = np.unique(dst.all(), return_counts=True)
+        bits, op = self.cfg.acc_width, insn.alu_op
+        if op == AluOp.ADD:
+            b = wrap(times * imm, bits)[:, None, None]
+        elif op == AluOp.MUL:
+            b = wrap(np.array([pow(int(imm), int(k), 1 << bits) for k in times], dtype=np.int64), bits)[:, None, None]
+        else:
+            b = imm
+        self._write_acc(rows, alu_op(op, self._acc[rows], b, bits))
+
+    def _alu_plan(self, insn, part=None):
+        """``[(dst rows, src rows or None)]`` per wave of one ALU instruction (of loop positions ``part``)."""
+        idx = self._loop_indices(insn, {"dst": "acc"} if insn.use_imm else {"dst": "acc", "src": "acc"}, part)
+        if not (idx["dst"].positions and idx["dst"].uops.size):
             return []
         dst = idx["dst"].all()
         src = None if insn.use_imm else idx["src"].all()
         return [(_rows(dst[w]), None if src is None else _rows(src[w])) for w in _alu_waves(dst, src)]
+
+
+def _cost(insn):
+    """Operations ``insn`` spends of a run's budget: micro-ops (GEMM, ALU), SRAM entries moved (LOAD,
+    STORE), at least one."""
+    if isinstance(insn, (Gemm, Alu)):
+        return max(1, insn.uop_count)
+    if isinstance(insn, (Load, Store)) and not insn.moves_nothing:
+        return max(1, insn.sram_extent)
+    return 1
+
+
+def _parts(insn, chunk):
+    """A GEMM/ALU instruction's loop positions in execution order, as ``(o0, outer count, i0, inner
+    count)`` parts of at most ``chunk`` positions × micro-ops each (or one position, if that has more)."""
+    uops = max(1, insn.uop_end - insn.uop_bgn)
+    if insn.iter_in * uops <= chunk:
+        step = max(1, chunk // (insn.iter_in * uops))
+        for o0 in range(0, insn.iter_out, step):
+            yield o0, min(step, insn.iter_out - o0), 0, insn.iter_in
+    else:
+        step = max(1, chunk // uops)
+        for o in range(insn.iter_out):
+            for i0 in range(0, insn.iter_in, step):
+                yield o, 1, i0, min(step, insn.iter_in - i0)
 
 
 @dataclass(frozen=True)
@@ -661,6 +760,31 @@ def _distinct(indices):
     return np.bincount(indices).max(initial=0) <= 1
 
 
+#: ALU operations whose repetition with one immediate is one operation (see ``_alu_repeated``).
+_REPEATABLE = (AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.MUL)
+
+#: Rounds of the vectorised wave search before :func:`_chain_levels` takes over.
+_WAVE_ROUNDS = 32
+
+
+def _chain_levels(dst, src):
+    """The waves :func:`_alu_waves` wants, found in one pass over the micro-ops in order: a micro-op goes one
+    wave after the last writer of its destination and of its source, and no earlier than the last reader
+    of its destination since that was written."""
+    written, read = {}, {}              # row -> wave of its last write / latest wave reading it since
+    level = np.empty(len(dst), dtype=np.int64)
+    for u, d in enumerate(dst.tolist()):
+        s = None if src is None else int(src[u])
+        w = max(written.get(d, -1), -1 if s is None else written.get(s, -1)) + 1
+        w = max(w, read.get(d, 0))
+        level[u] = w
+        if s is not None:
+            read[s] = max(read.get(s, 0), w)
+        written[d] = w
+        read[d] = max(read.get(d, 0), w)
+    return level
+
+
 def _alu_waves(dst, src):
     """Micro-op positions grouped into waves that can each run as one vector op.
 
@@ -690,7 +814,7 @@ def _alu_waves(dst, src):
         ok = (k < n) & (keys[np.minimum(k, n - 1)] // n == src)
         war_from, war_to = pos[ok], keys[k[ok]] % n
     level = np.zeros(n, dtype=np.int64)
-    while True:
+    for _ in range(_WAVE_ROUNDS):       # each round settles one more level of the dependency chains
         new = np.zeros(n, dtype=np.int64)
         for p in preds:
             has = p >= 0
@@ -699,6 +823,8 @@ def _alu_waves(dst, src):
         if np.array_equal(new, level):
             break
         level = new
+    else:               # long chains: one pass in micro-op order instead (linear, not rounds × micro-ops)
+        level = _chain_levels(dst, src)
     order = np.argsort(level, kind="stable")
     bounds = np.flatnonzero(np.diff(level[order])) + 1
     return np.split(order, bounds)

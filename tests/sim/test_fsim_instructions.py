@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tilewright import PRESETS, isa
 from tilewright.builder import noop
 from tilewright.isa import Alu, AluOp, Finish, Gemm, Load, MemType, Stream, Store, Uop, stream_of, uop_format
-from tilewright.sim import FunctionalSimulator
+from tilewright.sim import FunctionalSimulator, fsim
 
 from tests.reference import ReferenceMachine, alu_apply, shift_right, to_signed
 
@@ -174,6 +174,18 @@ def rng(request):
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
+@pytest.fixture(params=["whole", "parts", "chains"])
+def chunks(request, monkeypatch):
+    """GEMM and ALU instructions evaluated whole, a few loop positions at a time (fsim's chunks made tiny),
+    or with ALU waves found by the one-pass search (the vectorised one given a single round): none may
+    change a result."""
+    if request.param == "parts":
+        monkeypatch.setattr(fsim, "GEMM_CHUNK", 3)
+        monkeypatch.setattr(fsim, "ALU_CHUNK", 2)
+    elif request.param == "chains":
+        monkeypatch.setattr(fsim, "_WAVE_ROUNDS", 1)
+
+
 def load(kind, **fields):
     return Load(memory_type=MemType[kind.upper()], **fields)
 
@@ -289,7 +301,7 @@ GEMM_UOPS = [Uop(0, 0, 0), Uop(1, 1, 2), Uop(0, 2, 1), Uop(3, 0, 3), Uop(1, 2, 0
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=cfg_id)
-def test_gemm_loops_and_repeated_destinations(cfg, rng):
+def test_gemm_loops_and_repeated_destinations(cfg, rng, chunks):
     bench = Bench(cfg)
     uops = bench.put("uop", [Uop(5, 5, 5), *GEMM_UOPS])
     stats = bench.run([
@@ -301,7 +313,7 @@ def test_gemm_loops_and_repeated_destinations(cfg, rng):
 
 
 @pytest.mark.parametrize("cfg", [TINY, BATCH2], ids=cfg_id)
-def test_gemm_reset(cfg, rng):
+def test_gemm_reset(cfg, rng, chunks):
     """Reset zeroes acc and out at the looped destinations only, then accumulation restarts."""
     bench = Bench(cfg)
     uops = bench.put("uop", GEMM_UOPS)
@@ -316,7 +328,7 @@ def test_gemm_reset(cfg, rng):
 
 
 @pytest.mark.parametrize("cfg", [TINY, BATCH2], ids=cfg_id)
-def test_gemm_overwrite(cfg, rng):
+def test_gemm_overwrite(cfg, rng, chunks):
     """Overwrite replaces each destination by its micro-op's product; on a repeated row the last one wins."""
     bench = Bench(cfg)
     uops = bench.put("uop", GEMM_UOPS)
@@ -395,7 +407,7 @@ IMMEDIATES = [-32768, -100, -40, -33, -32, -31, -17, -16, -15, -1, 0, 1, 3, 15, 
 @pytest.mark.parametrize("imm", IMMEDIATES)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 @pytest.mark.parametrize("cfg", [TINY, ACC16], ids=cfg_id)
-def test_alu_immediate(cfg, op, imm):
+def test_alu_immediate(cfg, op, imm, chunks):
     """Every op with an immediate over every interesting accumulator value (both loop levels)."""
     bench = Bench(cfg)
     addr, count = put_values(bench, interesting_values(cfg.acc_width), pad=-5)
@@ -413,7 +425,7 @@ def test_alu_immediate(cfg, op, imm):
 
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 @pytest.mark.parametrize("cfg", [TINY, ACC16, SMALL, BATCH2], ids=cfg_id)
-def test_alu_vector_all_pairs(cfg, op):
+def test_alu_vector_all_pairs(cfg, op, chunks):
     """Every op on acc[dst], acc[src] for every pair of interesting values (in chunks that fit)."""
     bench = Bench(cfg)
     lanes = cfg.batch * cfg.block_out
@@ -433,7 +445,7 @@ def test_alu_vector_all_pairs(cfg, op):
 
 
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
-def test_alu_reads_earlier_results(op, rng):
+def test_alu_reads_earlier_results(op, rng, chunks):
     """Later micro-ops read destinations written by earlier ones, including src == dst."""
     bench = Bench(TINY)
     addr = bench.put("acc", rng.integers(-40, 40, size=(8, 1, 4)))
@@ -448,7 +460,7 @@ def test_alu_reads_earlier_results(op, rng):
 
 @pytest.mark.parametrize("op", [AluOp.MAX, AluOp.MIN, AluOp.ADD], ids=lambda op: op.name)
 @pytest.mark.parametrize("cfg", [TINY, BATCH2], ids=cfg_id)
-def test_alu_pooling_reduction(cfg, op, rng):
+def test_alu_pooling_reduction(cfg, op, rng, chunks):
     """A 2×2 pooling over a 4×4 map: four micro-ops on one destination per output pixel."""
     bench = Bench(cfg)
     fmap = bench.put_random(rng, "acc", 16)
@@ -663,9 +675,10 @@ assert MAX_INDEX - 1 + 2 * 2 * 8 < min(TINY.depth("wgt"), SMALL.depth("wgt"))
 
 
 @pytest.mark.parametrize("cfg", [TINY, SMALL], ids=cfg_id)
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None,       # (`chunks` sets the same chunk sizes for every example)
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_random_programs(cfg, data):
+def test_random_programs(cfg, data, chunks):
     run_random_case(cfg, data.draw(random_case(cfg)))
 
 

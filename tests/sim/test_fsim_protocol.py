@@ -4,8 +4,8 @@ import pytest
 
 from tilewright import PRESETS, isa
 from tilewright.builder import noop
-from tilewright.isa import Alu, ErrorCode, Finish, Gemm, Load, MemType, Queue, Store, Stream
-from tilewright.sim import DeadlockError, ExecutionError, FunctionalSimulator, ProtocolError
+from tilewright.isa import Alu, AluOp, ErrorCode, Finish, Gemm, Load, MemType, Queue, Store, Stream
+from tilewright.sim import BudgetError, DeadlockError, ExecutionError, FunctionalSimulator, ProtocolError
 
 from ..words import ILLEGAL_OPCODES, opcode_only
 
@@ -195,3 +195,39 @@ def test_a_store_reaching_into_the_program_stops_before_it_writes():
         else:
             sim.run_dram(base, len(insns))
         FunctionalSimulator(cfg, dram_bytes=1 << 14).run(insns)
+
+
+@pytest.mark.parametrize("insn", [
+    Gemm(uop_end=TINY.depth("uop"), iter_out=(1 << isa.LOOP_BITS) - 1, iter_in=(1 << isa.LOOP_BITS) - 1),
+    Alu(alu_op=AluOp.SHR, uop_end=TINY.depth("uop"), iter_out=(1 << isa.LOOP_BITS) - 1,
+        iter_in=(1 << isa.LOOP_BITS) - 1),
+], ids=["gemm", "alu"])
+def test_an_instruction_beyond_the_budget_stops_the_run_before_it_starts(insn):
+    """A two-word program whose one instruction asks for 10**11 micro-ops: BUDGET at once, naming it; the
+    budget can be set, and a program within it runs."""
+    sim = FunctionalSimulator(TINY, dram_bytes=1 << 14)
+    with pytest.raises(BudgetError) as e:
+        sim.run([Gemm(uop_end=1), insn, Finish()])
+    assert e.value.code is None and e.value.index == 1
+    assert str(e.value).startswith("BUDGET: instruction 1: ") and "max_ops" in str(e.value)
+    with pytest.raises(BudgetError):
+        FunctionalSimulator(TINY, dram_bytes=1 << 14, max_ops=3).run([Gemm(uop_end=1, iter_out=4, iter_in=1), Finish()])
+    FunctionalSimulator(TINY, dram_bytes=1 << 14, max_ops=5).run([Gemm(uop_end=1, iter_out=4, iter_in=1), Finish()])
+    with pytest.raises(ValueError, match="max_ops must be a positive integer"):
+        FunctionalSimulator(TINY, max_ops=0)
+
+
+def test_long_alu_chains_cost_each_micro_op_once():
+    """ALU micro-ops that reuse destinations and read each other's (the waves a vector op must be cut into)
+    are found in one pass when the vectorised search would take many rounds: the same waves."""
+    import numpy as np
+    from tilewright.sim import fsim
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        dst, src = rng.integers(0, 6, 60), rng.integers(0, 6, 60)
+        for s in (src, None):
+            levels = fsim._chain_levels(dst, s)
+            waves = fsim._alu_waves(dst, s)
+            assert [list(w) for w in np.split(np.argsort(levels, kind="stable"),
+                                              np.flatnonzero(np.diff(np.sort(levels))) + 1)] == \
+                   [list(np.arange(len(dst))[w]) for w in waves]
