@@ -37,8 +37,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/tuning_runners.py
 	$(PY) benchmarks/tuning_resnet18.py
 
+# ... and the fault-injection suite with 10 times its programs (TW_FAULT_SCALE), on every preset.
 fuzz: $(STAMP)
 	$(VENV)/bin/tilewright fuzz --config $(CONFIG) -n $(N) --seed $(SEED)
+	TW_FAULT_SCALE=10 $(PY) -m pytest -q -n auto tests/hw/test_faults.py
 
 # Every board at its preset (minutes to an hour each: place-and-route is single-threaded WASM), then the
 # table, recorded in docs/fpga_reports/ and docs/fpga.md.

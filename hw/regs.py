@@ -63,7 +63,8 @@ class Register:
 
 
 _CONTROL = [
-    Register("control", 0x00, "w", f"bit {CONTROL_START_BIT}: start a run (clears status and counters)"),
+    Register("control", 0x00, "w", f"bit {CONTROL_START_BIT}: start a run (clears status and counters; "
+                                   f"ignored while one is busy)"),
     Register("status", 0x04, "r", _status_doc()),
     Register("insn_addr", 0x08, "rw", "byte address of the first instruction"),
     Register("insn_count", 0x0C, "rw", "number of instructions"),

@@ -209,11 +209,15 @@ class Datapath(wiring.Component):
                 m.d.sync += [self.error.eq(error), self.error_index.eq(index), halt.eq(1)]
                 m.d.comb += self.fault.eq(1)
 
-        # FINISH is legal when nothing else is left: tokens, other streams, instructions.
+        # FINISH is legal when nothing else is left: tokens, other streams, instructions. (The count is
+        # the run's, latched at its start as fetch latches it: the host may write the register meanwhile.)
         tokens_clear = Cat(tq.count == 0 for tq in tokens.values()).all()
+        count = Signal(32)
+        with m.If(self.start):
+            m.d.sync += count.eq(self.insn_count)
         m.d.comb += compute.protocol_ok.eq(
             tokens_clear & ~load.busy & ~store.busy & queues["load"].empty & queues["store"].empty
-            & fetch.done & (compute.index == self.insn_count - 1))
+            & fetch.done & (compute.index == count - 1))
         with m.If(compute.finished):
             m.d.sync += self.finished.eq(1)
 
@@ -295,9 +299,12 @@ class Accelerator(wiring.Component):
         wiring.connect(m, wiring.flipped(self.s_axil), regs.bus)
         # The start pulse is registered before it resets the whole datapath: a net that reaches
         # thousands of flip-flops must leave a flip-flop, not the register file's write decode.
-        # Reset the datapath in that cycle, start it in the next.
+        # Reset the datapath in that cycle, start it in the next. A start while a run is busy is
+        # ignored: resetting the datapath under bursts in flight would leave the bus answering a
+        # run that no longer exists (every run ends by itself: errors and deadlocks stop it).
         starting = Signal()
-        m.d.sync += starting.eq(regs.start)
+        busy = Signal()
+        m.d.sync += starting.eq(regs.start & ~busy & ~starting)
         m.submodules.datapath = datapath = ResetInserter(starting)(Datapath(self.cfg, addr_width=self.addr_width))
         go = Signal()
         m.d.sync += go.eq(starting)
@@ -306,7 +313,6 @@ class Accelerator(wiring.Component):
         forward(m, datapath.axi, self.m_axi)
         wiring.connect(m, datapath.trace, wiring.flipped(self.trace))
 
-        busy = Signal()
         done = Signal()
         status = Signal(STATUS_LAYOUT)
         ending = Signal()       # finished or failed, waiting for the bus to go quiet

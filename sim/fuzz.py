@@ -32,7 +32,7 @@ from tilewright.isa import Alu, AluOp, Gemm, Load, MemType, Store, Stream, Uop
 
 from .dram import Dram
 
-__all__ = ["ProgramImage", "random_program", "program_image", "store_over_program"]
+__all__ = ["ProgramImage", "random_program", "program_image", "store_over_program", "clearing_program"]
 
 
 @dataclass
@@ -277,6 +277,27 @@ def random_program(cfg, seed, *, dram_bytes=1 << 16, steps=None, threads=None, o
     g = _Generator(cfg, seed, dram_bytes, steps, threads)
     image = program_image(cfg, g.program(), dram=g.dram, seed=seed, threads=g.threads)
     return store_over_program(image, seed) if over_program else image
+
+
+def clearing_program(cfg, *, dram_bytes=1 << 16):
+    """A :class:`ProgramImage` that zeroes every SRAM (uop, inp, wgt, acc and out) from a zero DRAM row: run
+    before a program, it makes the program's outcome independent of what ran before (after a run cut
+    short by a fault, say), on fsim and the RTL alike."""
+    b, row = ProgramBuilder(), 16               # each buffer loaded as rows of `row` entries, all one DRAM row
+    dram = Dram(dram_bytes)
+    widest = max(cfg.elem_bytes(m) for m in ("inp", "wgt", "uop"))
+    zeros = dram.alloc(row * widest, align=widest)
+    for mem in (MemType.INP, MemType.WGT):
+        b.emit(Load(memory_type=mem, dram_base=zeros // cfg.elem_bytes(mem.dram_elem),
+                    y_size=cfg.depth(mem.buffer) // row, x_size=row, x_stride=0))
+    b.push(Stream.LOAD, Stream.COMPUTE)
+    b.pop(Stream.LOAD, Stream.COMPUTE)
+    b.emit(Load(memory_type=MemType.UOP, dram_base=zeros // cfg.elem_bytes("uop"), y_size=cfg.uop_depth // row,
+                x_size=row, x_stride=0))
+    acc = cfg.acc_depth
+    b.emit(Alu(alu_op=AluOp.MUL, use_imm=True, imm=0, uop_end=1, iter_out=acc // row, iter_in=row,
+               dst_factor_out=row, dst_factor_in=1))          # (acc and out, from micro-op 0 = (0, 0, 0))
+    return program_image(cfg, b.finish(), dram=dram)
 
 
 def store_over_program(image, seed):

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RtlError", "Job", "RunResult", "build", "run_programs", "verilog_source", "cache_dir", "lint",
+__all__ = ["RtlError", "Job", "Faults", "RunResult", "build", "run_programs", "verilog_source", "cache_dir", "lint",
            "LINT_WAIVERS", "locked"]
 
 
@@ -125,13 +125,32 @@ def build(cfg, *, quiet=True):
         return build_dir
 
 
+@dataclass(frozen=True)
+class Faults:
+    """What the cocotb bench does to one run besides serving it (all random from ``seed``).
+
+    ``pause``: the chance, each cycle, that each AXI channel of the DRAM
+    model holds its ready/valid low (back-pressure on AR/AW/W, latency on R
+    and B). ``error_rate``: the chance that a DRAM access (a burst) is
+    answered with SLVERR. ``register_writes``: ``(cycle, register, value)``
+    writes by the host during the run (``control`` included). ``reset_at``:
+    a cycle at which the whole accelerator is reset in the middle of the run.
+    """
+    seed: int = 0
+    pause: float = 0.0
+    error_rate: float = 0.0
+    register_writes: tuple = ()
+    reset_at: int | None = None
+
+
 @dataclass
 class Job:
-    """One program for the RTL: a DRAM image and where its instructions are."""
+    """One program for the RTL: a DRAM image and where its instructions are; ``faults`` to inject."""
     dram: bytes
     insn_addr: int
     insn_count: int
     max_cycles: int = 1_000_000
+    faults: Faults | None = None
 
 
 @dataclass
@@ -150,6 +169,8 @@ class RunResult:
     timed_out: bool
     counters: dict = field(default_factory=dict)
     dram: bytes | None = None
+    injected_errors: int = 0        # accesses the bench answered with SLVERR on purpose (Faults.error_rate)
+    reset: bool = False             # the bench reset the accelerator during the run (Faults.reset_at)
 
     @property
     def _status(self):
