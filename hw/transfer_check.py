@@ -41,6 +41,8 @@ class TransferCheck(wiring.Component):
         Width of the instructions' ``sram_base`` field.
     serial : bool
         Multiply one bit per cycle (see the module's docstring).
+    guarded : bool
+        Build the guarded range (a STORE's); without it there is no ``guard_lo``/``guard_hi``.
 
     Members
     -------
@@ -53,7 +55,7 @@ class TransferCheck(wiring.Component):
     dram_limit : In(DRAM_ADDR_BITS + 1)
         Elements on the bus.
     guard_lo, guard_hi : In(GUARD_BITS)
-        DRAM elements the rows must not reach (a STORE: the running program's); 0 and 0 for none.
+        DRAM elements the rows must not reach (a STORE: the running program's), with ``guarded``.
     done : Out(1)
         One-cycle pulse, :data:`LATENCY` cycles after ``start`` (more when ``serial``).
     error : Out(ERROR_BITS)
@@ -65,18 +67,20 @@ class TransferCheck(wiring.Component):
     #: Cycles from ``start`` to ``done`` with the parallel multiplier.
     LATENCY = 6
 
-    def __init__(self, *, sram_bits, serial=False):
-        self.serial = serial
+    def __init__(self, *, sram_bits, serial=False, guarded=False):
+        self.serial, self.guarded = serial, guarded
         self.product_bits = 2 * MAX_EXTENT.bit_length()
-        super().__init__({
+        members = {
             "start": In(1),
             "sram_base": In(sram_bits), "rows": In(range(MAX_EXTENT)), "cols": In(range(MAX_EXTENT)),
             "depth": In(sram_bits + 1),
             "dram_base": In(isa.DRAM_ADDR_BITS), "x_size": In(isa.SIZE_BITS), "y_size": In(isa.SIZE_BITS),
             "x_stride": In(isa.SIZE_BITS), "dram_limit": In(isa.DRAM_ADDR_BITS + 1),
-            "guard_lo": In(GUARD_BITS), "guard_hi": In(GUARD_BITS),
             "done": Out(1), "error": Out(ERROR_BITS), "extent": Out(self.product_bits),
-        })
+        }
+        if guarded:
+            members |= {"guard_lo": In(GUARD_BITS), "guard_hi": In(GUARD_BITS)}
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -121,8 +125,9 @@ class TransferCheck(wiring.Component):
                     m.d.sync += dram_end.eq(dram_last + product)
                     m.next = "COMPARE"
             with m.State("COMPARE"):
-                m.d.sync += [sram_bad.eq(sram_end > self.depth), bus_bad.eq(dram_end > self.dram_limit),
-                             guard_bad.eq((self.dram_base < self.guard_hi) & (dram_end > self.guard_lo))]
+                m.d.sync += [sram_bad.eq(sram_end > self.depth), bus_bad.eq(dram_end > self.dram_limit)]
+                if self.guarded:
+                    m.d.sync += guard_bad.eq((self.dram_base < self.guard_hi) & (dram_end > self.guard_lo))
                 m.next = "DONE"
             with m.State("DONE"):
                 m.d.comb += self.done.eq(1)

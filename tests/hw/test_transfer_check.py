@@ -19,7 +19,7 @@ def expected(case):
     end = case["dram_base"] + (case["y_size"] - 1) * case["x_stride"] + case["x_size"]
     if end > case["dram_limit"]:
         return ErrorCode.BUS_ERROR
-    if case["dram_base"] < case["guard_hi"] and end > case["guard_lo"]:
+    if case["dram_base"] < case["guard_hi"] and end > case["guard_lo"]:      # (a guarded check: a STORE's)
         return ErrorCode.STORE_OVER_PROGRAM
     return 0
 
@@ -58,7 +58,7 @@ def _guard(rng):
 
 @pytest.mark.parametrize("serial", [False, True], ids=["parallel", "serial"])
 def test_checks_match_the_reference(serial):
-    dut = TransferCheck(sram_bits=SRAM_BITS, serial=serial)
+    dut = TransferCheck(sram_bits=SRAM_BITS, serial=serial, guarded=True)
     rng = random.Random(5)
     cases = [random_case(rng) for _ in range(60)]
     latencies = []
