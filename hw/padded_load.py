@@ -216,7 +216,9 @@ class PaddedLoad(wiring.Component):
                         # pad0 - 1 wraps to all ones when pad0 is 0: a value the counter never reaches
                         m.d.sync += [bound[f"{axis}_enter"].eq(pad0 - 1), bound[f"{axis}_leave"].eq(pad0 + size - 1)]
                     m.d.sync += [bound["r_last"].eq(rows - 1), bound["c_last"].eq(cols - 1)]
-                    m.d.comb += check.start.eq(1)
+                    # A LOAD that moves nothing retires at once: it must not start the check, which would
+                    # still be busy (and deaf to the next LOAD's start) when the next LOAD comes.
+                    m.d.comb += check.start.eq((insn.x_size != 0) & (insn.y_size != 0))
                     m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If((insn.x_size == 0) | (insn.y_size == 0)):
