@@ -39,7 +39,7 @@ from .schedule import ScheduleError, create_schedule
 from .space import Knob, Space
 
 __all__ = ["Conv2dSpec", "DenseSpec", "conv2d", "dense", "ConvTiles", "DenseTiles", "conv_space", "dense_space",
-           "conv_tiles", "dense_tiles", "conv_cycles", "conv_cost", "ConvCost"]
+           "conv_tiles", "dense_tiles", "conv_cycles", "conv_cost", "ConvCost", "groups_fit"]
 
 #: Virtual threads a schedule may ask for.
 THREADS = (1, 2, 4)
@@ -164,6 +164,12 @@ def _epilogue(acc, spec, terms, out_width):
         v = v >> spec.shift
     lo, hi = out_range(out_width, spec.relu)
     return max_(min_(v, hi), lo)
+
+
+def groups_fit(cfg, group_channels):
+    """Whether ``cfg``'s GEMM runs groups of ``group_channels`` channels block-diagonally: square blocks that
+    the groups divide (see the module docstring)."""
+    return cfg.block_in == cfg.block_out and cfg.block_in % group_channels == 0
 
 
 def _check_packed(cfg, **dims):
@@ -360,8 +366,7 @@ def conv2d(spec, config="default", tiles=None):
     """``(schedule, inputs, output)`` of a packed conv2d with its default (or given) schedule."""
     cfg = load_config(config)
     _check_packed(cfg, batch=spec.batch, in_channels=spec.in_channels, out_channels=spec.out_channels)
-    if spec.block_diagonal and (spec.in_channels != spec.out_channels or cfg.block_in != cfg.block_out
-                                or cfg.block_in % spec.group_channels):
+    if spec.block_diagonal and (spec.in_channels != spec.out_channels or not groups_fit(cfg, spec.group_channels)):
         raise ScheduleError(f"a grouped conv2d needs as many output channels as input ones "
                             f"({spec.out_channels} vs {spec.in_channels}), square GEMM blocks (block_in "
                             f"{cfg.block_in}, block_out {cfg.block_out}) and groups of channels that divide "

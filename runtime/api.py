@@ -16,7 +16,8 @@ import functools
 import numpy as np
 
 from tilewright.compiler import build
-from tilewright.compiler.ops import Conv2dSpec, DenseSpec, conv2d as conv2d_schedule, dense as dense_schedule
+from tilewright.compiler.ops import (Conv2dSpec, DenseSpec, conv2d as conv2d_schedule, dense as dense_schedule,
+                                     groups_fit)
 from tilewright.config import load_config
 from tilewright.isa import IMM_BITS
 
@@ -125,7 +126,7 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
                       residual_mul=int(residual_mul) if residual is not None else 1,
                       residual_shift=int(residual_shift) if residual is not None else 0, scale=scale is not None,
                       group_channels=C // groups if grouped else 0)
-    if grouped and (cfg.block_in != cfg.block_out or cfg.block_in % (C // groups)):
+    if grouped and not groups_fit(cfg, C // groups):
         raise OperatorError(f"a grouped conv needs square GEMM blocks that its {C // groups}-channel groups divide; "
                             f"config {cfg.name} has block_in {cfg.block_in}, block_out {cfg.block_out}")
     tensors = {"data": pack_nchw(data, cfg.batch, cfg.block_in),

@@ -33,9 +33,10 @@ import numpy as np
 from tilewright.compiler.graph import Graph, host_runs, ModelError, Node, TensorInfo, load_onnx, run_graph, run_node
 from tilewright.compiler.graph.host import QUANTIZED_WIDTHS
 from tilewright.compiler.graph.reference import is_reference
-from tilewright.compiler.graph.passes import lower_integer_ops, lower_qoperator, simplify, strip_fake_quant, unfold_narrow_convs
+from tilewright.compiler.graph.passes import (lower_integer_ops, lower_qoperator, simplify, strip_fake_quant,
+                                              unfold_narrow_convs)
 from tilewright.compiler.graph.quantize import calibrate, host_reason, layer_input, layer_report, quantize
-from tilewright.compiler.ops import Conv2dSpec, DenseSpec
+from tilewright.compiler.ops import Conv2dSpec, DenseSpec, groups_fit
 from tilewright.compiler.tune.log import TuningLog, TuningLogError
 from tilewright.compiler.tune.task import Task
 from tilewright.compiler.program import Program, ProgramError
@@ -406,8 +407,8 @@ def _placement(graph, on_host, cfg):
         raise ModelError(f"on_host names no node of the model: {', '.join(sorted(unknown))}")
     plan = []
     for node in graph.nodes:
-        if node.op == "QConv" and node.attr("group", 1) != 1 and (
-                cfg.block_in != cfg.block_out or cfg.block_in % graph.constants[node.inputs[1]].shape[1]):
+        if node.op == "QConv" and node.attr("group", 1) != 1 and not groups_fit(
+                cfg, graph.constants[node.inputs[1]].shape[1]):
             plan.append((node, "host", f"grouped ({graph.constants[node.inputs[1]].shape[1]} channels per group) "
                                        f"needs square GEMM blocks its groups divide (block_in {cfg.block_in}, "
                                        f"block_out {cfg.block_out})"))
