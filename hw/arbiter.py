@@ -1,6 +1,7 @@
 """Sharing one AXI4 read channel among several readers."""
 
 from amaranth import Cat, Module, Mux, Signal
+from amaranth.hdl import Assert
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -42,6 +43,15 @@ class ReadArbiter(wiring.Component):
     def clients(self):
         return [getattr(self, f"c{k}") for k in range(self.count)]
 
+    @staticmethod
+    def _holds(bus):
+        """The grant stays while its request waits: AR must not change while valid."""
+        return bus.arvalid & ~bus.arready
+
+    def _after(self, grant, k):
+        """The client ``k`` places after ``grant`` in the rotation."""
+        return Mux(grant + k >= self.count, grant + k - self.count, grant + k)
+
     def elaborate(self, platform):
         m = Module()
         clients, bus = self.clients(), self.bus
@@ -49,12 +59,11 @@ class ReadArbiter(wiring.Component):
         # Hold the grant while its request waits; otherwise move to the next requester.
         requests = Signal(self.count)
         m.d.comb += requests.eq(Cat(c.arvalid for c in clients))
-        holding = bus.arvalid & ~bus.arready
-        with m.If(~holding):
+        with m.If(~self._holds(bus)):
             # The nearest requester after the current grant wins (later m.If overrides earlier).
             for k in reversed(range(1, self.count + 1)):
                 candidate = Signal(range(self.count), name=f"candidate_{k}")
-                m.d.comb += candidate.eq(Mux(grant + k >= self.count, grant + k - self.count, grant + k))
+                m.d.comb += candidate.eq(self._after(grant, k))
                 with m.If(requests.bit_select(candidate, 1)):
                     m.d.sync += grant.eq(candidate)
         with m.Switch(grant):
@@ -63,6 +72,8 @@ class ReadArbiter(wiring.Component):
                     m.d.comb += [bus.arid.eq(k), bus.araddr.eq(c.araddr), bus.arlen.eq(c.arlen),
                                  bus.arsize.eq(c.arsize), bus.arburst.eq(c.arburst),
                                  bus.arvalid.eq(c.arvalid), c.arready.eq(bus.arready)]
+        if platform == "formal":
+            m.d.comb += Assert(grant < self.count)
         for k, c in enumerate(clients):
             mine = bus.rid == k
             m.d.comb += [c.rid.eq(0), c.rdata.eq(bus.rdata), c.rresp.eq(bus.rresp), c.rlast.eq(bus.rlast),

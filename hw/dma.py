@@ -23,9 +23,11 @@ larger than a beat start on a beat boundary.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Assert, Assume
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from . import axi as axi_spec
 from .axi import (BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, RESP_OKAY, AxiReadSignature,
                   AxiWriteSignature)
 
@@ -97,6 +99,43 @@ class _Splitter(wiring.Component):
             "burst": Out(stream.Signature(_burst_layout(bus_bytes))),
             "busy": Out(1),
         })
+
+    def _prove_bursts_in_range(self, m, *, loaded, active, row_addr, stride, row_bytes, rows_left, row_done):
+        """Under ``platform == "formal"``: every burst lies inside the transfer's bytes and crosses no 4 KiB boundary.
+
+        Ghost copies of the command follow the rows independently of the splitter's own registers: a
+        burst of row ``i`` must lie within ``[addr + i·stride, + row_bytes)`` rounded out to bus words,
+        with ``i < rows``. The environment's one promise is the units' check: every row lies on the bus.
+        ``loaded``: a command is latched; ``active``: bursts may leave.
+        """
+        B, bits, shift = self.bus_bytes, self.bits, self.bus_bytes.bit_length() - 1
+        page = axi_spec.BOUNDARY_BYTES.bit_length() - 1           # (AXI's rule itself, not this module's copy)
+        ghost_row = Signal(bits + 1)        # wide: a row past the bus cannot wrap back onto it
+        ghost_stride, ghost_bytes = Signal(bits), Signal(bits)
+        ghost_rows = Signal(ROWS_BITS)
+        p, req = self.cmd.payload, self.request.payload
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [ghost_row.eq(p.addr), ghost_stride.eq(p.stride), ghost_bytes.eq(p.row_bytes),
+                         ghost_rows.eq(p.rows)]
+        with m.If(self.request.valid & self.request.ready & row_done):
+            m.d.sync += [ghost_row.eq(ghost_row + ghost_stride), ghost_rows.eq(ghost_rows - 1)]
+        end = ghost_row + ghost_bytes
+        burst_end = req.addr + req.beats * B        # one past the burst's last byte
+        m.d.comb += Assume(~loaded | (rows_left == 0) | (row_bytes == 0) | (end <= 2 ** (bits - 1)))
+        with m.If(self.request.valid):
+            m.d.comb += [
+                Assert(ghost_rows != 0, "a burst belongs to one of the transfer's rows"),
+                Assert(req.addr[:shift] == 0 if shift else 1, "bursts start on a bus word"),
+                Assert(req.addr >= (ghost_row >> shift) << shift, "a burst starts inside its row"),
+                Assert(burst_end - B < end, "a burst ends inside its row"),
+                Assert(req.addr[page:] == (burst_end - 1)[page:], "no burst crosses 4 KiB"),
+                Assert((req.beats >= 1) & (req.beats <= MAX_BURST_BEATS)),
+            ]
+        with m.If(loaded):
+            m.d.comb += [Assert(row_addr == ghost_row), Assert(stride == ghost_stride),
+                         Assert(row_bytes == ghost_bytes), Assert(rows_left == ghost_rows)]
+        with m.If(active):
+            m.d.comb += [Assert(rows_left != 0), Assert(row_bytes != 0)]
 
 
 class _BurstSplitter(_Splitter):
@@ -206,6 +245,30 @@ class _BurstSplitter(_Splitter):
                              to_end.eq(beats_of_row(next_row)), to_boundary.eq(beats_to_boundary(next_row))]
             with m.Else():
                 m.d.sync += [rows_left.eq(0), active.eq(0)]
+
+        if platform == "formal":
+            self._prove_bursts_in_range(m, loaded=setup | counts | active, active=counts | active, row_addr=row_addr,
+                                        stride=stride, row_bytes=row_bytes, rows_left=rows_left, row_done=last_in_row)
+            with m.If(setup):
+                m.d.comb += [Assert(start == row_addr), Assert(~counts & ~active)]
+            with m.If(counts | active):
+                m.d.comb += [
+                    Assert(next_row == (row_addr + stride)[:bits]),
+                    Assert(row_beats == (row_bytes + B - 1) >> shift),
+                    Assert(row_beats_1 == (row_bytes + 2 * B - 1) >> shift),
+                    Assert(bytes_lo == ((row_bytes + B - 1)[:shift] if shift else 0)),
+                    Assert(last_lo == ((row_bytes - 1)[:shift] if shift else 0)),
+                ]
+            with m.If(counts):
+                m.d.comb += [Assert(start == row_addr), Assert(~active)]
+            with m.If(active):
+                m.d.comb += [
+                    Assert(start >= row_addr),
+                    Assert((start == row_addr) | ((start[:shift] == 0) if shift else 1)),
+                    Assert(to_end == ((row_addr + row_bytes + B - 1) >> shift) - (start >> shift)),
+                    Assert(to_end != 0),
+                    Assert(to_boundary == page_beats - start[shift:BOUNDARY_SHIFT]),
+                ]
         return m
 
 
@@ -266,6 +329,17 @@ class _LeanBurstSplitter(_Splitter):
                              rows_left.eq(rows_left - 1)]
             with m.Else():
                 m.d.sync += [rows_left.eq(0), active.eq(0)]
+
+        if platform == "formal":
+            self._prove_bursts_in_range(m, loaded=setup | active, active=active, row_addr=row_addr, stride=stride,
+                                        row_bytes=row_bytes, rows_left=rows_left, row_done=last_in_row)
+            with m.If(setup | active):
+                m.d.comb += Assert(row_end == (row_addr + row_bytes)[:bits])
+            with m.If(setup):
+                m.d.comb += [Assert(start == row_addr), Assert(~active)]
+            with m.If(active):
+                m.d.comb += [Assert(start >= row_addr), Assert(start < row_end),
+                             Assert((start == row_addr) | ((start[:shift] == 0) if shift else 1))]
         return m
 
 
@@ -441,6 +515,9 @@ class RowWriter(wiring.Component):
         b_taken = self.axi.bvalid & self.axi.bready
         m.d.sync += responses.eq(responses + aw_sent - b_taken)
         unsent = _address_channel(m, self.axi, "aw", split, pending, B, room=responses < self.outstanding)
+        if platform == "formal":
+            # (the subordinate answers only bursts it accepted)
+            m.d.comb += [Assume(~self.axi.bvalid | (responses != 0)), Assert(responses <= self.outstanding)]
         m.d.comb += [
             self.axi.bready.eq(1),
             self.busy.eq(split.busy | unsent | (pending.level != 0) | (responses != 0)),
@@ -509,4 +586,6 @@ class RowWriter(wiring.Component):
                     m.d.sync += slot.eq(current + 1)
             with m.If(send):
                 m.d.sync += [filled.eq(0), strobe.eq(0)]
+            if platform == "formal":
+                m.d.comb += Assert(~filled | pending.r_rdy)     # a complete beat has its burst
         return m

@@ -88,10 +88,14 @@ class Sequencer(wiring.Component):
             "retired": Out(1),
         })
 
+    def _tokens_ready(self, h):
+        """Every token ``h`` pops is there: a stream never pops a token that was not pushed."""
+        return (~h.pop_prev | self.prev.pop_ready) & (~h.pop_next | self.next.pop_ready)
+
     def elaborate(self, platform):
         m = Module()
         h = self.insn
-        pops_ready = (~h.pop_prev | self.prev.pop_ready) & (~h.pop_next | self.next.pop_ready)
+        pops_ready = self._tokens_ready(h)
         pushes_ready = (~h.push_prev | self.prev.push_ready) & (~h.push_next | self.next.push_ready)
         m.d.comb += [self.insn.eq(self.cmd.payload.insn), self.index.eq(self.cmd.payload.index)]
         with m.FSM():

