@@ -454,6 +454,9 @@ def _parser():
     from .tune import add_parser as add_tune_parser
     add_tune_parser(sub, with_config, _positive_int, _non_negative_int)
 
+    from .regress import add_parser as add_regress_parser
+    add_regress_parser(sub, with_config, _positive_int, _non_negative_int)
+
     from .fpga import add_parser as add_fpga_parser
     add_fpga_parser(sub)
 

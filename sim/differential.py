@@ -15,7 +15,8 @@ from tilewright.isa import ErrorCode
 from .fsim import BudgetError, FunctionalSimulator, SimError
 from .rtl import Job, run_programs
 
-__all__ = ["Outcome", "fsim_outcomes", "compare", "Mismatch", "run_differential", "SHARED_COUNTERS"]
+__all__ = ["Outcome", "fsim_outcomes", "compare", "Mismatch", "differential_results", "run_differential",
+           "SHARED_COUNTERS"]
 
 #: RunStats field -> RTL counter register.
 SHARED_COUNTERS = {
@@ -86,13 +87,30 @@ def compare(program, expected, result):
         raise Mismatch(f"{where}: counters differ (fsim, RTL): {wrong}\n{program.listing()}")
 
 
-def run_differential(cfg, programs, *, dram_bytes, max_cycles=200_000):
-    """Run ``programs`` on fsim and RTL; returns the RTL results (raises :class:`Mismatch`)."""
+def differential_results(cfg, programs, *, dram_bytes, max_cycles=200_000):
+    """Run ``programs`` on fsim and RTL (one after another on each, SRAMs persisting).
+
+    Returns ``[(rtl_result, mismatch), ...]``, ``mismatch`` a :class:`Mismatch` or None.
+    """
     programs = list(programs)
     expected = fsim_outcomes(cfg, programs, dram_bytes=dram_bytes)
     jobs = [Job(dram=p.dram, insn_addr=p.insn_addr, insn_count=p.insn_count, max_cycles=max_cycles)
             for p in programs]
     results = run_programs(cfg, jobs, dram_bytes=dram_bytes)
+    checked = []
     for program, exp, res in zip(programs, expected, results):
-        compare(program, exp, res)
-    return results
+        try:
+            compare(program, exp, res)
+            checked.append((res, None))
+        except Mismatch as e:
+            checked.append((res, e))
+    return checked
+
+
+def run_differential(cfg, programs, *, dram_bytes, max_cycles=200_000):
+    """Run ``programs`` on fsim and RTL; returns the RTL results (raises the first :class:`Mismatch`)."""
+    checked = differential_results(cfg, programs, dram_bytes=dram_bytes, max_cycles=max_cycles)
+    for _, mismatch in checked:
+        if mismatch:
+            raise mismatch
+    return [result for result, _ in checked]

@@ -14,7 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .rtl import BUILD_ARGS, RtlError, RunResult, _verilator_env, cache_dir, locked, verilog_source
+from .rtl import (BUILD_ARGS, RtlError, RunResult, _verilator_env, cache_dir, locked, through_index,
+                  verilog_source)
 
 __all__ = ["build_harness", "build_executable", "harness_header", "FastSim", "HARNESS", "DRAM_LATENCY"]
 
@@ -52,8 +53,11 @@ def harness_header(cfg):
 
 def build_harness(cfg):
     """Path to the harness executable for ``cfg`` (built on first use; one builder at a time per entry)."""
-    return build_executable(f"fast-{cfg.tag}-{cfg.fingerprint[:8]}", verilog_source(cfg), HARNESS,
-                            {"tw_spec.h": harness_header(cfg)}, what=f"the Verilator harness for {cfg.name}")
+    def make():
+        return build_executable(f"fast-{cfg.tag}-{cfg.fingerprint[:8]}", verilog_source(cfg), HARNESS,
+                                {"tw_spec.h": harness_header(cfg)}, what=f"the Verilator harness for {cfg.name}")
+    extra = hashlib.sha256(HARNESS.read_bytes() + harness_header(cfg).encode()).hexdigest() + " ".join(BUILD_ARGS)
+    return through_index("fast", cfg, extra, make, built=Path.exists)
 
 
 def build_executable(prefix, verilog, harness, headers, *, what):

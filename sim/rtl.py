@@ -18,8 +18,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RtlError", "Job", "Faults", "RunResult", "build", "run_programs", "verilog_source", "cache_dir", "lint",
-           "LINT_WAIVERS", "locked"]
+__all__ = ["RtlError", "Job", "Faults", "RunResult", "build", "through_index", "run_programs", "verilog_source",
+           "cache_dir", "lint", "LINT_WAIVERS", "locked"]
 
 
 class RtlError(RuntimeError):
@@ -102,11 +102,50 @@ BUILD_ARGS = ["-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast", 
 COCOTB_CXX_OPT = "-O1"
 
 
+@functools.lru_cache(maxsize=1)
+def _sources_digest():
+    """Hash of everything the generated Verilog depends on: the HDL and spec sources and Amaranth's version."""
+    import amaranth
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256(amaranth.__version__.encode())
+    for path in sorted([*(root / "hw").glob("*.py"), *(root / "tilewright").glob("*.py")]):
+        h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()
+
+
+def through_index(kind, cfg, extra, make, *, built):
+    """``make()``'s build product (a path under :func:`cache_dir`), found without calling it when an earlier
+    process left it: a small index keyed by the hash of the sources behind the Verilog, the config and
+    ``extra`` (options, harness text) names it, and ``built(path)`` says it is complete. Entries themselves
+    stay keyed by the Verilog's own hash; the index only spares a new process elaborating the design
+    (seconds) to find one.
+    """
+    key = hashlib.sha256(f"{kind} {_sources_digest()} {sorted(cfg.params().items())} {extra}".encode())
+    index = cache_dir() / "index" / key.hexdigest()[:24]
+    if index.exists():
+        product = cache_dir() / index.read_text().strip()
+        if built(product):
+            return product
+    product = make()
+    index.parent.mkdir(parents=True, exist_ok=True)
+    partial = index.with_suffix(f".{os.getpid()}")
+    partial.write_text(str(Path(product).relative_to(cache_dir())))
+    os.replace(partial, index)
+    return product
+
+
 def build(cfg, *, quiet=True):
     """Build (or reuse) the Verilated model for ``cfg``; returns its build directory."""
-    text = verilog_source(cfg)
-    digest = hashlib.sha256(text.encode() + " ".join(BUILD_ARGS + [COCOTB_CXX_OPT]).encode()).hexdigest()[:16]
-    build_dir = cache_dir() / f"{cfg.tag}-{cfg.fingerprint[:8]}-{digest}"
+    options = " ".join(BUILD_ARGS + [COCOTB_CXX_OPT])
+
+    def make():
+        text = verilog_source(cfg)
+        digest = hashlib.sha256(text.encode() + options.encode()).hexdigest()[:16]
+        return _build_verilog(cache_dir() / f"{cfg.tag}-{cfg.fingerprint[:8]}-{digest}", text, digest, cfg, quiet)
+    return through_index("cocotb", cfg, options, make, built=lambda d: (d / "built.ok").exists())
+
+
+def _build_verilog(build_dir, text, digest, cfg, quiet):
     marker = build_dir / "built.ok"
     with locked(build_dir):
         if marker.exists():
