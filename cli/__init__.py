@@ -23,11 +23,18 @@ class CliError(Exception):
     """A user mistake, reported as one line."""
 
 
-def _config(args):
+def _config(args, *, compiles=False):
+    """The ``--config`` of ``args``; with ``compiles``, also refuse a config the compiler cannot schedule layers on."""
     try:
-        return load_config(args.config)
+        cfg = load_config(args.config)
     except ConfigError as e:
         raise CliError(str(e)) from None
+    if compiles:
+        from tilewright.runtime.api import schedule_problem
+        problem = schedule_problem(cfg)
+        if problem:
+            raise CliError(f"config {args.config}: {problem}")
+    return cfg
 
 
 def _read(path, mode="r"):
@@ -142,7 +149,7 @@ def cmd_bench(args):
     from tilewright.runtime.bench import RESNET18, bench_resnet18
     from tilewright.runtime.device import DeviceError
     from tilewright.sim.rtl import RtlError
-    cfg = _config(args)
+    cfg = _config(args, compiles=True)
     layers = args.layers.split(",") if args.layers else None
     known = {name for name, *_ in RESNET18}
     if layers and not set(layers) <= known:
@@ -210,7 +217,7 @@ def _load_arrays(path, what):
 
 def cmd_compile(args):
     from tilewright.runtime.model import compile_model
-    cfg = _config(args)
+    cfg = _config(args, compiles=True)
     if args.percentile is not None and args.method != "percentile":
         raise CliError("--percentile needs --method percentile")
     _not_over_inputs(args.output, args.model, args.calib, args.tuning_log)
@@ -300,7 +307,7 @@ def cmd_demo(args):
 
 def _demo_digits(args):
     from tilewright.examples.digits.demo import run_demo
-    cfg = _config(args)
+    cfg = _config(args, compiles=True)
     try:
         result = run_demo(cfg, rtl=not args.no_rtl, log=lambda line: print(line, flush=True))
     except _model_errors() as e:

@@ -46,7 +46,7 @@ def cmd_regress(args):
     import tempfile
 
     from tilewright.sim.regress import RegressionPlan, junit_xml, run_regression, write_reproducer
-    cfg = _config(args)
+    cfg = _config(args, compiles=True)
     if args.junit:
         _not_over_inputs(args.junit, args.config)
         if not Path(args.junit).resolve().parent.is_dir():

@@ -52,7 +52,7 @@ def _tasks(args, cfg):
 def cmd_tune(args):
     from tilewright.compiler.tune import RunnerError, TuningLog, TuningLogError, design_hash, make_runner, tune
     from tilewright.runtime.progress import Progress
-    cfg = _config(args)
+    cfg = _config(args, compiles=True)
     try:
         log = TuningLog(args.log)
     except TuningLogError as e:

@@ -314,20 +314,26 @@ def _fit_problem(c, inp, wgt, acc, uops):
     return f"buffers overfilled: {', '.join(over)}" if over else None
 
 
-def _best(candidates):
-    """The tiling with the smallest key among ``(key, tiling)`` pairs (the first on a tie), or None."""
-    return min(candidates, key=lambda kt: kt[0], default=(None, None))[1]
-
-
 def conv_tiles(spec, cfg, threads=None):
     """Tiles that fit the buffers and take the fewest estimated cycles (:func:`conv_cycles`), two
     virtual threads when they fit."""
+    return next(ranked_conv_tiles(spec, cfg, threads))
+
+
+def ranked_conv_tiles(spec, cfg, threads=None):
+    """Every tiling that fits, best first (two virtual threads before one); :class:`ScheduleError` naming the
+    buffers that even the smallest tiling overfills when none fits."""
     cfg = load_config(cfg)
+    found = False
     for T in ([threads] if threads else [2, 1]):
-        best = _best(_conv_candidates(spec, cfg, T))
-        if best:
-            return best
-    raise ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}")
+        for _, t in sorted(_conv_candidates(spec, cfg, T), key=lambda kt: kt[0]):
+            found = True
+            yield t
+    if not found:
+        smallest = _fit_problem(cfg, *_conv_needs(spec, cfg, ConvTiles(1, 1, 1, 1)))
+        raise ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}"
+                            + (f": even one output row, column and channel block needs more entries than the "
+                               f"buffers hold ({smallest.split(': ', 1)[1]})" if smallest else ""))
 
 
 def _conv_candidates(spec, c, T):
@@ -450,12 +456,22 @@ def dense_compute(spec, cfg):
 
 def dense_tiles(spec, cfg, threads=None):
     """Tiles that fit the buffers and move the fewest DRAM bytes, two virtual threads when they fit."""
+    return next(ranked_dense_tiles(spec, cfg, threads))
+
+
+def ranked_dense_tiles(spec, cfg, threads=None):
+    """Every tiling that fits, best first (as :func:`ranked_conv_tiles`)."""
     cfg = load_config(cfg)
+    found = False
     for T in ([threads] if threads else [2, 1]):
-        best = _best(_dense_candidates(spec, cfg, T))
-        if best:
-            return best
-    raise ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}")
+        for _, t in sorted(_dense_candidates(spec, cfg, T), key=lambda kt: kt[0]):
+            found = True
+            yield t
+    if not found:
+        smallest = _fit_problem(cfg, **_dense_needs(spec, cfg, DenseTiles(1, 1, 1)))
+        raise ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}"
+                            + (f": even one block of each needs more entries than the buffers hold "
+                               f"({smallest.split(': ', 1)[1]})" if smallest else ""))
 
 
 def _dense_candidates(spec, c, T):

@@ -12,19 +12,22 @@ convolution or product, ``lo`` 0 with ``relu`` else −128.
 """
 
 import functools
+import itertools
 
 import numpy as np
 
 from tilewright.compiler import build
+from tilewright.compiler.checker import CheckError
 from tilewright.compiler.ops import (Conv2dSpec, DenseSpec, conv2d as conv2d_schedule, dense as dense_schedule,
-                                     groups_fit)
+                                     groups_fit, ranked_conv_tiles, ranked_dense_tiles)
+from tilewright.compiler.schedule import ScheduleError
 from tilewright.config import load_config
 from tilewright.isa import IMM_BITS
 
 from .device import get_device
 from .layout import pack_bias, pack_grouped, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
 
-__all__ = ["conv2d", "dense", "compile_conv2d", "compile_dense", "OperatorError"]
+__all__ = ["conv2d", "dense", "compile_conv2d", "compile_dense", "schedule_problem", "OperatorError"]
 
 
 class OperatorError(ValueError):
@@ -67,18 +70,65 @@ def _channel_vectors(cfg, channels, what, **vectors):
     return packed
 
 
+#: Tilings the heuristic tries, best first, before it gives up on a layer whose programs do not pass the
+#: checks (the config's queues too shallow for the schedule, a field the ISA cannot hold).
+HEURISTIC_TRIES = 8
+
+
+def _compile(schedule, ranked, spec, config, tiles):
+    """The checked Program of ``tiles``, or of the heuristic's best tiling whose program passes the checks."""
+    if tiles is not None:
+        s, _, _ = schedule(spec, config, tiles)
+        return build(s, config)
+    first = None
+    for t in itertools.islice(ranked(spec, config), HEURISTIC_TRIES):
+        try:
+            s, _, _ = schedule(spec, config, t)
+            return build(s, config)
+        except (CheckError, ScheduleError) as e:      # (the next tiling may hold fewer tokens or fit the fields)
+            first = first or e
+    cfg = load_config(config)
+    queues = (f" (token queues {cfg.token_queue_depth}, command queues {cfg.cmd_queue_depth} deep)"
+              if isinstance(first, CheckError) else "")
+    raise ScheduleError(f"no schedule of {spec} runs on config {cfg.name!r}{queues}: {first}") from None
+
+
+def schedule_problem(config):
+    """Why the compiler cannot run even the smallest layers on ``config``, or None.
+
+    The smallest layers: a 3×3 convolution with padding, bias and a residual
+    over one block of channels, and a dense layer with bias over one block of
+    features. A config they do not compile for (buffers below a 3×3 window,
+    queues too shallow for any schedule; token queues must hold two) is
+    refused where it enters, with the reason.
+    """
+    cfg = load_config(config)
+    if cfg.token_queue_depth < 2:
+        return ("token_queue_depth=1: the compiler's schedules keep up to two dependency tokens in flight on a queue "
+                "(a producer one step ahead), which a 1-deep queue deadlocks; use 2 or more")
+    layers = [("3x3 convolution of one channel block (padding, bias, residual)", compile_conv2d,
+               Conv2dSpec(cfg.batch, cfg.block_in, 4, 4, cfg.block_out, (3, 3), 1, 1, bias=True, residual=True)),
+              ("dense layer of one feature block (bias)", compile_dense,
+               DenseSpec(cfg.batch, cfg.block_in, cfg.block_out, bias=True))]
+    for what, compile_layer, spec in layers:
+        try:
+            compile_layer(spec, cfg)
+        except (CheckError, ScheduleError) as e:
+            reason = str(e).split(" fits config ", 1)[-1].split(": ", 1)[-1]
+            return f"the compiler cannot run even a {what} on this config: {reason}"
+    return None
+
+
 @functools.lru_cache(maxsize=64)
 def compile_conv2d(spec, config, tiles=None):
     """The :class:`Program` of a packed conv2d with ``tiles`` (default: the heuristic's), cached."""
-    s, _, _ = conv2d_schedule(spec, config, tiles)
-    return build(s, config)
+    return _compile(conv2d_schedule, ranked_conv_tiles, spec, config, tiles)
 
 
 @functools.lru_cache(maxsize=64)
 def compile_dense(spec, config, tiles=None):
     """The :class:`Program` of a packed dense layer with ``tiles`` (default: the heuristic's), cached."""
-    s, _, _ = dense_schedule(spec, config, tiles)
-    return build(s, config)
+    return _compile(dense_schedule, ranked_dense_tiles, spec, config, tiles)
 
 
 def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,

@@ -47,6 +47,8 @@ _DATA_WIDTHS = {"inp_width": (8, 16), "wgt_width": (8, 16), "out_width": (8, 16)
 
 #: Upper bounds on the queue depths.
 _DEPTH_LIMITS = {"token_queue_depth": 4096, "cmd_queue_depth": 4096}
+#: The most GEMM products per cycle (batch·block_in·block_out): a 1×64×64 array, 16× the default preset.
+MAX_PRODUCTS = 4096
 _BUS_WIDTHS = (32, 64, 128, 256, 512)
 
 
@@ -146,6 +148,9 @@ class HwConfig:
             if getattr(self, key) > limit:
                 raise ConfigError(f"{key}={getattr(self, key)} is more than {limit}, the most a queue is built with "
                                   f"(a deeper one costs memory and buys no overlap the compiler can use)")
+        if self.macs_per_cycle > MAX_PRODUCTS:
+            raise ConfigError(f"batch·block_in·block_out = {self.macs_per_cycle} GEMM products per cycle is more than "
+                              f"{MAX_PRODUCTS} (a 1×64×64 array), the largest the RTL generator is meant for")
         for key, allowed in _DATA_WIDTHS.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}={getattr(self, key)} is not supported; "
