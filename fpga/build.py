@@ -124,7 +124,9 @@ def _overused(log_path, family, *, lone_ffs=0):
     for bel, (used, available) in usage.items():
         if used > available:
             return bel, used, available
-    used, available = usage.get("LUT4", (0, 0))
+    if "LUT4" not in usage:          # (nextpnr has not reported its packing yet)
+        return None
+    used, available = usage["LUT4"]
     if family == "gowin" and lone_ffs and used + lone_ffs > available:
         return f"LUT4 sites (with {lone_ffs} for flip-flops no LUT of theirs feeds)", used + lone_ffs, available
     return None

@@ -13,9 +13,9 @@ registers in the fabric.
 """
 
 from amaranth import Cat, ClockSignal, Instance, Signal, signed
-from amaranth.vendor import LatticePlatform, SiliconBluePlatform
+from amaranth.vendor import GowinPlatform, LatticePlatform, SiliconBluePlatform
 
-__all__ = ["is_ecp5", "is_ice40", "ice40_product_pair", "ICE40_PAIR_OPERAND_BITS"]
+__all__ = ["is_ecp5", "is_ice40", "is_gowin", "ice40_product_pair", "ICE40_PAIR_OPERAND_BITS"]
 
 #: Operand width of each of the two products an iCE40 SB_MAC16 makes in its 8×8 mode.
 ICE40_PAIR_OPERAND_BITS = 8
@@ -29,6 +29,11 @@ def is_ecp5(platform):
 def is_ice40(platform):
     """Whether ``platform`` builds for a Lattice iCE40."""
     return isinstance(platform, SiliconBluePlatform)
+
+
+def is_gowin(platform):
+    """Whether ``platform`` builds for a Gowin part."""
+    return isinstance(platform, GowinPlatform)
 
 
 def ice40_product_pair(m, operands, *, name):

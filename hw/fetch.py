@@ -12,7 +12,7 @@ does) or an error response to an instruction read stops the run with
 ``BUS_ERROR``.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -28,6 +28,43 @@ __all__ = ["Fetch"]
 
 CHUNK = 16      # instructions per read request
 LEAN_CHUNK = 8  # with `lean`: a buffer of 16 fits one row of Gowin's 16-deep LUT RAMs
+
+
+class _InstructionBuffer(wiring.Component):
+    """The fetch buffer: the reader's beats in, whole instructions out (a FIFO of ``depth`` instructions
+    with a registered head, :class:`~.fifo.HeadRegisteredFIFO`'s read ports).
+
+    When an instruction spans whole beats (a bus no wider than 128 bits), each beat is written straight
+    into its lane of the FIFO's memory: no register assembles an instruction from its beats on the way
+    in (224 flip-flops on a 32-bit bus, each a LUT site of its own on the Gowin, fed as they are from
+    the bus). A wider bus holds several instructions a beat: :class:`~.dma.ElementPacker` splits them.
+    ``arrived`` pulses as an instruction is complete.
+    """
+
+    def __init__(self, *, bus_bytes, depth):
+        self.bus_bytes, self.depth = bus_bytes, depth
+        super().__init__({
+            "beats": In(stream.Signature(data.StructLayout({
+                "data": bus_bytes * 8, "lo": range(bus_bytes), "hi": range(1, bus_bytes + 1), "last": 1}))),
+            "arrived": Out(1), "level": Out(range(depth + 1)),
+            "r_data": Out(isa.INSN_BITS), "r_rdy": Out(1), "r_en": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = max(1, isa.INSN_BYTES // self.bus_bytes)
+        m.submodules.fifo = fifo = HeadRegisteredFIFO(width=isa.INSN_BITS, depth=self.depth, lanes=lanes)
+        if self.bus_bytes > isa.INSN_BYTES:
+            m.submodules.packer = packer = ElementPacker(elem_bytes=isa.INSN_BYTES, bus_bytes=self.bus_bytes)
+            wiring.connect(m, wiring.flipped(self.beats), packer.beats)
+            m.d.comb += [fifo.w_data.eq(packer.elements.payload), fifo.w_en.eq(packer.elements.valid),
+                         packer.elements.ready.eq(1)]
+        else:       # (fetch asks only for what the buffer has room for: every beat is taken)
+            m.d.comb += [fifo.w_data.eq(self.beats.payload.data), fifo.w_en.eq(self.beats.valid),
+                         self.beats.ready.eq(1)]
+        m.d.comb += [self.arrived.eq(fifo.written), self.level.eq(fifo.level), self.r_data.eq(fifo.r_data),
+                     self.r_rdy.eq(fifo.r_rdy), fifo.r_en.eq(self.r_en)]
+        return m
 
 
 class Fetch(wiring.Component):
@@ -75,14 +112,11 @@ class Fetch(wiring.Component):
         m = Module()
         c = self.cfg
         m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=c.dram_bus_width, lean=c.lean)
-        m.submodules.packer = packer = ElementPacker(elem_bytes=isa.INSN_BYTES, bus_bytes=c.dram_bus_width // 8)
         # (the head a register: the decoder works on it)
         chunk_size = LEAN_CHUNK if c.lean else CHUNK
-        m.submodules.buffer = buffer = HeadRegisteredFIFO(width=isa.INSN_BITS, depth=2 * chunk_size)
-        wiring.connect(m, reader.beats, packer.beats)
+        m.submodules.buffer = buffer = _InstructionBuffer(bus_bytes=c.dram_bus_width // 8, depth=2 * chunk_size)
+        wiring.connect(m, reader.beats, buffer.beats)
         wiring.connect(m, reader.axi, wiring.flipped(self.axi))
-        m.d.comb += [buffer.w_data.eq(packer.elements.payload), buffer.w_en.eq(packer.elements.valid),
-                     packer.elements.ready.eq(1)]
 
         # A program that passes the start check lies below 2**addr_width, so it holds at most
         # 2**(addr_width-4) instructions: every count and index below is that narrow.
@@ -106,7 +140,7 @@ class Fetch(wiring.Component):
             reader.cmd.payload.stride.eq(0),
             reader.cmd.payload.rows.eq(1),
         ]
-        arrived = buffer.w_en & buffer.w_rdy
+        arrived = buffer.arrived
         with m.If(ask & reader.cmd.ready):
             m.d.sync += [remaining.eq(remaining - chunk), next_addr.eq(next_addr + chunk * isa.INSN_BYTES),
                          arriving.eq(chunk - arrived)]

@@ -10,14 +10,21 @@ register is then a fabric register; a deeper one is a block-RAM
 ``SyncFIFOBuffered`` followed by a head register (one cycle more from
 write to head). The attribute changes the mapping only: simulation and
 every device behave alike.
+
+On the Gowin (``registered_head=False``, chosen by the platform) the head
+is the LUT RAM's asynchronous read instead: a first-word-fall-through FIFO
+one cycle quicker from write to head. A Gowin flip-flop fed by anything
+but its own slice's LUT costs a LUT site of its own, and the registered
+heads of the command queues and the fetch buffer were 550 of them; its
+board clock (27 MHz) leaves the decode logic time to read the RAM.
 """
 
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .dsp import is_ecp5
+from .dsp import is_ecp5, is_gowin
 
 __all__ = ["HeadRegisteredFIFO", "LUTRAM_DEPTH"]
 
@@ -29,16 +36,39 @@ class HeadRegisteredFIFO(wiring.Component):
     """``depth`` entries of ``width`` bits whose ``r_data`` is a register.
 
     The ports are those of Amaranth's FIFOs (``w_data``, ``w_en``, ``w_rdy``,
-    ``r_data``, ``r_en``, ``r_rdy``, ``level``).
+    ``r_data``, ``r_en``, ``r_rdy``, ``level``). With ``lanes > 1`` an entry
+    is written a lane (``width / lanes`` bits, lowest first) at a time, into
+    the memory itself (its write port's granularity): ``w_data`` is one lane,
+    each ``w_en`` writes the next, and the entry enters the queue with its
+    last lane (``w_rdy``: there is room for a whole entry). ``depth`` is then
+    at most :data:`LUTRAM_DEPTH`. ``written`` pulses as an entry enters.
     """
 
-    def __init__(self, *, width, depth):
+    def __init__(self, *, width, depth, registered_head=None, lanes=1):
         if depth < 2:
             raise ValueError(f"HeadRegisteredFIFO depth must be at least 2, not {depth}")
-        self.width, self.depth = width, depth
-        super().__init__({"w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+        if width % lanes or (lanes > 1 and depth > LUTRAM_DEPTH):
+            raise ValueError(f"{lanes} lanes need a width they divide ({width}) and a depth up to {LUTRAM_DEPTH}")
+        self.width, self.depth, self.lanes = width, depth, lanes
+        self.registered_head = registered_head       # None: all but the Gowin
+        super().__init__({"w_data": In(width // lanes), "w_en": In(1), "w_rdy": Out(1), "written": Out(1),
                           "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
                           "level": Out(range(depth + 1))})
+
+    def _writer(self, m, storage, produce):
+        """The memory's write port at entry ``produce``; returns the condition that completes an entry."""
+        w_port = storage.write_port(granularity=self.width // self.lanes)
+        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data.replicate(self.lanes))]
+        if self.lanes == 1:
+            m.d.comb += [w_port.en.eq(self.w_en & self.w_rdy), self.written.eq(self.w_en & self.w_rdy)]
+            return self.written
+        lane = Signal(range(self.lanes))
+        last = lane == self.lanes - 1
+        m.d.comb += [w_port.en.eq(Mux(self.w_en & self.w_rdy, 1 << lane, 0)),
+                     self.written.eq(self.w_en & self.w_rdy & last)]
+        with m.If(self.w_en & self.w_rdy):
+            m.d.sync += lane.eq(Mux(last, 0, lane + 1))
+        return self.written
 
     def elaborate(self, platform):
         m = Module()
@@ -47,6 +77,7 @@ class HeadRegisteredFIFO(wiring.Component):
             head = Signal(self.width, reset_less=True)      # read only while r_rdy
             load = inner.r_rdy & (~self.r_rdy | self.r_en)
             m.d.comb += [inner.w_data.eq(self.w_data), inner.w_en.eq(self.w_en), self.w_rdy.eq(inner.w_rdy),
+                         self.written.eq(self.w_en & inner.w_rdy),
                          inner.r_en.eq(load), self.r_data.eq(head), self.level.eq(inner.level + self.r_rdy)]
             with m.If(load):
                 m.d.sync += [head.eq(inner.r_data), self.r_rdy.eq(1)]
@@ -54,23 +85,26 @@ class HeadRegisteredFIFO(wiring.Component):
                 m.d.sync += self.r_rdy.eq(0)
             return m
 
+        registered = self.registered_head if self.registered_head is not None else not is_gowin(platform)
+        if not registered:
+            return self._fall_through(m)
+
         # As SyncFIFOBuffered: a memory of depth - 1 entries whose read register is the head.
         lutram = is_ecp5(platform)
         inner_depth = self.depth - 1
         m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[],
                                                 attrs={"ram_style": "distributed"} if lutram else None)
-        w_port, r_port = storage.write_port(), storage.read_port()
+        r_port = storage.read_port()
         produce, consume = Signal(range(inner_depth)), Signal(range(inner_depth))
         stored = Signal(range(inner_depth + 1))
-        write = self.w_en & self.w_rdy
+        write = self._writer(m, storage, produce)
         read_inner = (stored != 0) & (~self.r_rdy | self.r_en)
 
         def advanced(pointer):
             return 0 if inner_depth == 1 else (pointer + 1 if inner_depth & (inner_depth - 1) == 0
                                                else (pointer + 1) % inner_depth)
 
-        m.d.comb += [self.w_rdy.eq(stored != inner_depth), w_port.addr.eq(produce), w_port.data.eq(self.w_data),
-                     w_port.en.eq(write), r_port.addr.eq(consume), r_port.en.eq(read_inner),
+        m.d.comb += [self.w_rdy.eq(stored != inner_depth), r_port.addr.eq(consume), r_port.en.eq(read_inner),
                      self.r_data.eq(r_port.data), self.level.eq(stored + self.r_rdy)]
         with m.If(write):
             m.d.sync += produce.eq(advanced(produce))
@@ -79,4 +113,20 @@ class HeadRegisteredFIFO(wiring.Component):
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
         m.d.sync += stored.eq(stored + write - read_inner)
+        return m
+
+    def _fall_through(self, m):
+        """All ``depth`` entries in the memory; the head is its asynchronous read at the oldest entry."""
+        m.submodules.storage = storage = Memory(shape=self.width, depth=self.depth, init=[])
+        r_port = storage.read_port(domain="comb")
+        produce, consume = Signal(range(self.depth)), Signal(range(self.depth))
+        write, read = self._writer(m, storage, produce), self.r_en & self.r_rdy
+        pow2 = self.depth & (self.depth - 1) == 0
+        m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
+                     r_port.addr.eq(consume), self.r_data.eq(r_port.data)]
+        with m.If(write):
+            m.d.sync += produce.eq(produce + 1 if pow2 else Mux(produce == self.depth - 1, 0, produce + 1))
+        with m.If(read):
+            m.d.sync += consume.eq(consume + 1 if pow2 else Mux(consume == self.depth - 1, 0, consume + 1))
+        m.d.sync += self.level.eq(self.level + write - read)
         return m

@@ -174,3 +174,18 @@ def test_a_seed_that_fails_leaves_the_others_reported(tmp_path, monkeypatch, cap
     ok, failed = (json.loads((Path(str(folder).format(seed)) / "report.json").read_text()) for seed in (1, 2))
     assert ok["ok"] and ok["timing_met"] and Path(ok["bitstream"]).is_file()
     assert not failed["ok"] and "no route for net x" in failed["error"]
+
+
+def test_a_gowin_log_without_the_packers_figures_yet_is_no_misfit(tmp_path):
+    """The build polls nextpnr's log while it runs: before the packer reports its utilisation there is
+    nothing to compare the flip-flops that need a LUT site of their own with (this stopped a design that
+    fits, saying 0 sites were available)."""
+    from tilewright.fpga.build import _overused
+    log = tmp_path / "pnr.log"
+    log.write_text("Info: Using uarch 'gowin' for device 'GW1NR-LV9QN88PC6/I5'\n")
+    assert _overused(log, "gowin", lone_ffs=2429) is None
+    log.write_text(log.read_text() + "Info: Device utilisation:\nInfo: \t    LUT4:    6000/   8640    69%\n")
+    assert _overused(log, "gowin", lone_ffs=2429) is None
+    log.write_text(log.read_text().replace("6000/", "6300/"))
+    assert _overused(log, "gowin", lone_ffs=2429) == (
+        "LUT4 sites (with 2429 for flip-flops no LUT of theirs feeds)", 8729, 8640)

@@ -1,4 +1,5 @@
-"""HeadRegisteredFIFO against a deque, in both of its builds (LUT RAM sized and block RAM sized)."""
+"""HeadRegisteredFIFO against a deque, in each of its builds (LUT RAM sized, block RAM sized, and the Gowin's
+first-word fall-through)."""
 
 import collections
 import random
@@ -9,9 +10,10 @@ from amaranth.sim import Simulator
 from tilewright.hw.fifo import LUTRAM_DEPTH, HeadRegisteredFIFO
 
 
+@pytest.mark.parametrize("registered_head", [True, False], ids=["registered", "fall-through"])
 @pytest.mark.parametrize("depth", [2, 3, 17, LUTRAM_DEPTH + 1])
-def test_matches_a_deque(depth):
-    dut = HeadRegisteredFIFO(width=16, depth=depth)
+def test_matches_a_deque(depth, registered_head):
+    dut = HeadRegisteredFIFO(width=16, depth=depth, registered_head=registered_head)
     rng = random.Random(depth)
     model = collections.deque()
     seen = []
@@ -25,6 +27,7 @@ def test_matches_a_deque(depth):
             ctx.set(dut.r_en, r_en)
             w_rdy, r_rdy, r_data, level = ctx.get(dut.w_rdy), ctx.get(dut.r_rdy), ctx.get(dut.r_data), ctx.get(dut.level)
             assert level == len(model) and level <= depth
+            assert w_rdy == (len(model) < depth) or registered_head   # (the registered build may lag)
             assert not w_rdy or len(model) < depth     # never accepts beyond its depth
             if r_rdy:
                 assert r_data == model[0]
@@ -41,3 +44,40 @@ def test_matches_a_deque(depth):
     sim.add_testbench(bench)
     sim.run()
     assert seen == list(range(len(seen)))
+
+
+@pytest.mark.parametrize("registered_head", [True, False], ids=["registered", "fall-through"])
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_entries_written_a_lane_at_a_time(lanes, registered_head):
+    """Each w_en writes the next lane (lowest first); an entry enters with its last lane, and only then."""
+    lane_bits = 8
+    dut = HeadRegisteredFIFO(width=lanes * lane_bits, depth=5, registered_head=registered_head, lanes=lanes)
+    rng = random.Random(lanes)
+    model, seen = collections.deque(), []
+
+    async def bench(ctx):
+        entry, lane = rng.getrandbits(lanes * lane_bits), 0
+        for _ in range(2000):
+            w_en, r_en = rng.random() < 0.7, rng.random() < 0.25
+            ctx.set(dut.w_data, (entry >> (lane * lane_bits)) & 0xFF)
+            ctx.set(dut.w_en, w_en)
+            ctx.set(dut.r_en, r_en)
+            w_rdy, r_rdy = ctx.get(dut.w_rdy), ctx.get(dut.r_rdy)
+            assert ctx.get(dut.level) == len(model)
+            assert ctx.get(dut.written) == (w_en and w_rdy and lane == lanes - 1)
+            if r_rdy:
+                assert ctx.get(dut.r_data) == model[0]
+            if r_en and r_rdy:
+                seen.append(model.popleft())
+            if w_en and w_rdy:
+                lane += 1
+                if lane == lanes:
+                    model.append(entry)
+                    entry, lane = rng.getrandbits(lanes * lane_bits), 0
+            await ctx.tick()
+        assert len(seen) > 100
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
