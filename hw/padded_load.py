@@ -104,12 +104,14 @@ class PaddedLoad(wiring.Component):
         insn, types = request.insn, self.memory_types
         B = self.data_width // 8
         m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=self.data_width, lean=self.lean)
-        m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=self.lean)
+        shifts = [self.elem_bytes[mt].bit_length() - 1 for mt in types]
+        # (the bus holds at most 2**(addr_width - shift) elements of a type)
+        m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=self.lean,
+                                                   limit_bits=self.addr_width - min(shifts))
         wiring.connect(m, reader.axi, wiring.flipped(self.axi))
 
         # The instruction's memory type, one-hot, and what it implies.
         selected = Cat(insn.memory_type == mt for mt in types)
-        shifts = [self.elem_bytes[mt].bit_length() - 1 for mt in types]
         slices = [max(1, self.elem_bytes[mt] // B) for mt in types]      # beats per DRAM element
 
         def per_type(values):

@@ -76,7 +76,8 @@ class StoreUnit(wiring.Component):
         wiring.connect(m, writer.axi, wiring.flipped(self.axi))
 
         insn = data.View(layouts[Opcode.STORE], seq.insn.as_value())     # stable until it retires
-        m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=c.lean, guarded=True)
+        m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=c.lean, guarded=True,
+                                                   limit_bits=self.addr_width - shift)
         m.d.comb += [
             check.sram_base.eq(insn.sram_base), check.rows.eq(insn.y_size), check.cols.eq(insn.x_size),
             check.depth.eq(c.acc_depth),          # OUT and ACC share one index space

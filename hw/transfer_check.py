@@ -41,6 +41,10 @@ class TransferCheck(wiring.Component):
         Width of the instructions' ``sram_base`` field.
     serial : bool
         Multiply one bit per cycle (see the module's docstring).
+    limit_bits : int or None
+        With ``dram_limit`` (and the guarded range) at most ``2**limit_bits``: the DRAM arithmetic
+        saturates just above that, with a sticky overflow bit instead of the ISA's full widths
+        (a board's small memory: its adders and compares shrink by half).
     guarded : bool
         Build the guarded range (a STORE's); without it there is no ``guard_lo``/``guard_hi``.
 
@@ -67,9 +71,12 @@ class TransferCheck(wiring.Component):
     #: Cycles from ``start`` to ``done`` with the parallel multiplier.
     LATENCY = 6
 
-    def __init__(self, *, sram_bits, serial=False, guarded=False):
+    def __init__(self, *, sram_bits, serial=False, guarded=False, limit_bits=None):
         self.serial, self.guarded = serial, guarded
         self.product_bits = 2 * MAX_EXTENT.bit_length()
+        # Values at or above 2**width are only ever out of range: `width` bits and an overflow bit hold them.
+        self.width = (max(limit_bits, sram_bits + 1) + 1 if limit_bits is not None
+                      else isa.DRAM_ADDR_BITS + 1)
         members = {
             "start": In(1),
             "sram_base": In(sram_bits), "rows": In(range(MAX_EXTENT)), "cols": In(range(MAX_EXTENT)),
@@ -84,27 +91,44 @@ class TransferCheck(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        W = self.width
+
+        def saturated(value):
+            """``value`` as ``W`` bits and whether it does not fit them."""
+            return value[:W], value[W:].any() if len(value) > W else 0
+
         # Data registers, read only in the state after the one that sets them: no reset.
         a = Signal(range(MAX_EXTENT), reset_less=True)
-        b = Signal(self.product_bits, reset_less=True)
-        product = Signal(self.product_bits, reset_less=True)
+        b = Signal(min(W, self.product_bits), reset_less=True)
+        b_over = Signal(reset_less=True)            # b's true value does not fit it
+        product = Signal(min(W, self.product_bits), reset_less=True)
+        over = Signal(reset_less=True)              # nor product's
         ready = Signal()             # `product` is a·b of the operands set on entering the state
         if self.serial:
             # product += b while a's low bit is set; a >>= 1, b <<= 1; a·b is in when a is 0
+            total = product + Mux(a[0], b, 0)
             m.d.comb += ready.eq(a == 0)
-            m.d.sync += [a.eq(a >> 1), b.eq(b << 1), product.eq(product + Mux(a[0], b, 0))]
+            m.d.sync += [a.eq(a >> 1), b.eq(b << 1), b_over.eq(b_over | b[-1]), product.eq(total),
+                         over.eq(over | total[len(product)] | (a[0] & b_over))]
         else:
             # the registered product of the operands set one cycle ago
             waited = Signal()
+            value, too_big = saturated(a * b[:len(a)])
             m.d.comb += ready.eq(waited)
-            m.d.sync += [product.eq(a * b[:len(a)]), waited.eq(1)]
+            m.d.sync += [product.eq(value), over.eq(too_big | (b_over & (a != 0))), waited.eq(1)]
 
         def operands(x, y):
-            return [a.eq(x), b.eq(y), product.eq(0) if self.serial else waited.eq(0)]
+            y_bits, y_over = saturated(y)
+            return [a.eq(x), b.eq(y_bits), b_over.eq(y_over), over.eq(0),
+                    product.eq(0) if self.serial else waited.eq(0)]
 
-        dram_last = Signal(isa.DRAM_ADDR_BITS + 1, reset_less=True)      # dram_base + x_size
-        sram_end = Signal(self.product_bits + 1, reset_less=True)
-        dram_end = Signal(isa.DRAM_ADDR_BITS + 2, reset_less=True)
+        base, base_over = saturated(self.dram_base)
+        dram_last = Signal(W + 1, reset_less=True)      # dram_base + x_size
+        last_over = Signal(reset_less=True)
+        sram_end = Signal(len(product) + 1, reset_less=True)
+        sram_over = Signal(reset_less=True)
+        dram_end = Signal(W + 2, reset_less=True)
+        end_over = Signal(reset_less=True)
         sram_bad = Signal()
         bus_bad = Signal()
         guard_bad = Signal()
@@ -113,21 +137,25 @@ class TransferCheck(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):       # the rectangle's size into the multiplier
-                    m.d.sync += [*operands(self.rows, self.cols), dram_last.eq(self.dram_base + self.x_size)]
+                    m.d.sync += [*operands(self.rows, self.cols), dram_last.eq(base + self.x_size),
+                                 last_over.eq(base_over)]
                     m.next = "AREA"
             with m.State("AREA"):            # product = rows·cols; the DRAM span next
                 with m.If(ready):
                     m.d.sync += operands(self.y_size - 1, self.x_stride)
-                    m.d.sync += [self.extent.eq(product), sram_end.eq(self.sram_base + product)]
+                    m.d.sync += [self.extent.eq(product), sram_end.eq(self.sram_base + product), sram_over.eq(over)]
                     m.next = "SPAN"
             with m.State("SPAN"):            # product = (y_size-1)·x_stride: one past the last DRAM element
                 with m.If(ready):
-                    m.d.sync += dram_end.eq(dram_last + product)
+                    m.d.sync += [dram_end.eq(dram_last + product), end_over.eq(last_over | over)]
                     m.next = "COMPARE"
             with m.State("COMPARE"):
-                m.d.sync += [sram_bad.eq(sram_end > self.depth), bus_bad.eq(dram_end > self.dram_limit)]
+                # (the limit and the guarded range lie below 2**W: their bits above it are 0)
+                m.d.sync += [sram_bad.eq(sram_over | (sram_end > self.depth)),
+                             bus_bad.eq(end_over | (dram_end > self.dram_limit[:W + 1]))]
                 if self.guarded:
-                    m.d.sync += guard_bad.eq((self.dram_base < self.guard_hi) & (dram_end > self.guard_lo))
+                    m.d.sync += guard_bad.eq(~base_over & (base < self.guard_hi[:W + 1])
+                                             & (dram_end > self.guard_lo[:W + 1]))
                 m.next = "DONE"
             with m.State("DONE"):
                 m.d.comb += self.done.eq(1)

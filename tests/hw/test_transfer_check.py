@@ -56,11 +56,25 @@ def _guard(rng):
     return {"guard_lo": lo, "guard_hi": lo + rng.randrange(1, 1 << 12)}
 
 
+def small_bus_case(rng, limit_bits):
+    """A case on a bus of at most ``2**limit_bits`` elements (a board's memory); every other operand as wide
+    as the ISA allows, so that the saturating arithmetic meets values far beyond the bus."""
+    case = random_case(rng)
+    case["dram_limit"] = rng.choice([1 << limit_bits, 1 << (limit_bits - 2), 1000])
+    if rng.random() < 0.5:
+        case["dram_base"] = rng.randrange(case["dram_limit"] + 64)
+        case["x_stride"], case["x_size"] = rng.randrange(1 << rng.choice([4, 8, 16])), rng.randrange(1, 300)
+    lo = rng.randrange(case["dram_limit"])
+    case["guard_lo"], case["guard_hi"] = lo, min(case["dram_limit"], lo + rng.randrange(1, 512))
+    return case
+
+
+@pytest.mark.parametrize("limit_bits", [None, 14], ids=["full-width", "small-bus"])
 @pytest.mark.parametrize("serial", [False, True], ids=["parallel", "serial"])
-def test_checks_match_the_reference(serial):
-    dut = TransferCheck(sram_bits=SRAM_BITS, serial=serial, guarded=True)
+def test_checks_match_the_reference(serial, limit_bits):
+    dut = TransferCheck(sram_bits=SRAM_BITS, serial=serial, guarded=True, limit_bits=limit_bits)
     rng = random.Random(5)
-    cases = [random_case(rng) for _ in range(60)]
+    cases = [random_case(rng) if limit_bits is None else small_bus_case(rng, limit_bits) for _ in range(200)]
     latencies = []
 
     async def bench(ctx):
