@@ -209,15 +209,12 @@ class Datapath(wiring.Component):
                 m.d.sync += [self.error.eq(error), self.error_index.eq(index), halt.eq(1)]
                 m.d.comb += self.fault.eq(1)
 
-        # FINISH is legal when nothing else is left: tokens, other streams, instructions. (The count is
-        # the run's, latched at its start as fetch latches it: the host may write the register meanwhile.)
+        # FINISH is legal when nothing else is left: tokens, other streams, instructions. (Once fetch is
+        # done its index is the run's count, as latched at the start: the host may write the register meanwhile.)
         tokens_clear = Cat(tq.count == 0 for tq in tokens.values()).all()
-        count = Signal(32)
-        with m.If(self.start):
-            m.d.sync += count.eq(self.insn_count)
         m.d.comb += compute.protocol_ok.eq(
             tokens_clear & ~load.busy & ~store.busy & queues["load"].empty & queues["store"].empty
-            & fetch.done & (compute.index == count - 1))
+            & fetch.done & (compute.index == fetch.index - 1))
         with m.If(compute.finished):
             m.d.sync += self.finished.eq(1)
 
