@@ -10,6 +10,13 @@ from amaranth.sim import Simulator
 from tilewright.hw.fifo import LUTRAM_DEPTH, HeadRegisteredFIFO
 
 
+def _simulate(dut, bench):
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 @pytest.mark.parametrize("registered_head", [True, False], ids=["registered", "fall-through"])
 @pytest.mark.parametrize("depth", [2, 3, 17, LUTRAM_DEPTH + 1])
 def test_matches_a_deque(depth, registered_head):
@@ -39,10 +46,7 @@ def test_matches_a_deque(depth, registered_head):
             await ctx.tick()
         assert len(seen) > 300
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
     assert seen == list(range(len(seen)))
 
 
@@ -77,7 +81,4 @@ def test_entries_written_a_lane_at_a_time(lanes, registered_head):
             await ctx.tick()
         assert len(seen) > 100
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
