@@ -323,17 +323,25 @@ def conv_tiles(spec, cfg, threads=None):
 def ranked_conv_tiles(spec, cfg, threads=None):
     """Every tiling that fits, best first (two virtual threads before one); :class:`ScheduleError` naming the
     buffers that even the smallest tiling overfills when none fits."""
+    return _ranked(_conv_candidates, spec, cfg, threads, ConvTiles(1, 1, 1, 1), _conv_needs,
+                   "one output row, column and channel block")
+
+
+def _ranked(candidates, spec, cfg, threads, smallest, needs, what):
+    """The tilings ``candidates(spec, cfg, T)`` yields, best first, for ``threads`` or 2 then 1."""
     cfg = load_config(cfg)
     found = False
     for T in ([threads] if threads else [2, 1]):
-        for _, t in sorted(_conv_candidates(spec, cfg, T), key=lambda kt: kt[0]):
+        for _, t in sorted(candidates(spec, cfg, T), key=lambda kt: kt[0]):
             found = True
             yield t
     if not found:
-        smallest = _fit_problem(cfg, *_conv_needs(spec, cfg, ConvTiles(1, 1, 1, 1)))
-        raise ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}"
-                            + (f": even one output row, column and channel block needs more entries than the "
-                               f"buffers hold ({smallest.split(': ', 1)[1]})" if smallest else ""))
+        need = needs(spec, cfg, smallest)
+        problem = _fit_problem(cfg, *need) if isinstance(need, tuple) else _fit_problem(cfg, **need)
+        reason = problem and f"even {what} needs more entries than the buffers hold ({problem.split(': ', 1)[1]})"
+        error = ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}" + (f": {reason}" if reason else ""))
+        error.reason = reason or str(error)        # (what a caller that names the layer itself reports)
+        raise error
 
 
 def _conv_candidates(spec, c, T):
@@ -461,17 +469,7 @@ def dense_tiles(spec, cfg, threads=None):
 
 def ranked_dense_tiles(spec, cfg, threads=None):
     """Every tiling that fits, best first (as :func:`ranked_conv_tiles`)."""
-    cfg = load_config(cfg)
-    found = False
-    for T in ([threads] if threads else [2, 1]):
-        for _, t in sorted(_dense_candidates(spec, cfg, T), key=lambda kt: kt[0]):
-            found = True
-            yield t
-    if not found:
-        smallest = _fit_problem(cfg, **_dense_needs(spec, cfg, DenseTiles(1, 1, 1)))
-        raise ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}"
-                            + (f": even one block of each needs more entries than the buffers hold "
-                               f"({smallest.split(': ', 1)[1]})" if smallest else ""))
+    return _ranked(_dense_candidates, spec, cfg, threads, DenseTiles(1, 1, 1), _dense_needs, "one block of each")
 
 
 def _dense_candidates(spec, c, T):

@@ -32,8 +32,15 @@ __all__ = ["HeadRegisteredFIFO", "LUTRAM_DEPTH"]
 LUTRAM_DEPTH = 64
 
 
+def _advanced(pointer, depth):
+    """``pointer + 1`` modulo ``depth``."""
+    if depth == 1:
+        return 0
+    return pointer + 1 if depth & (depth - 1) == 0 else Mux(pointer == depth - 1, 0, pointer + 1)
+
+
 class HeadRegisteredFIFO(wiring.Component):
-    """``depth`` entries of ``width`` bits whose ``r_data`` is a register.
+    """``depth`` entries of ``width`` bits whose ``r_data`` is a register (but on the Gowin, see above).
 
     The ports are those of Amaranth's FIFOs (``w_data``, ``w_en``, ``w_rdy``,
     ``r_data``, ``r_en``, ``r_rdy``, ``level``). With ``lanes > 1`` an entry
@@ -100,16 +107,12 @@ class HeadRegisteredFIFO(wiring.Component):
         write = self._writer(m, storage, produce)
         read_inner = (stored != 0) & (~self.r_rdy | self.r_en)
 
-        def advanced(pointer):
-            return 0 if inner_depth == 1 else (pointer + 1 if inner_depth & (inner_depth - 1) == 0
-                                               else (pointer + 1) % inner_depth)
-
         m.d.comb += [self.w_rdy.eq(stored != inner_depth), r_port.addr.eq(consume), r_port.en.eq(read_inner),
                      self.r_data.eq(r_port.data), self.level.eq(stored + self.r_rdy)]
         with m.If(write):
-            m.d.sync += produce.eq(advanced(produce))
+            m.d.sync += produce.eq(_advanced(produce, inner_depth))
         with m.If(read_inner):
-            m.d.sync += [consume.eq(advanced(consume)), self.r_rdy.eq(1)]
+            m.d.sync += [consume.eq(_advanced(consume, inner_depth)), self.r_rdy.eq(1)]
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
         m.d.sync += stored.eq(stored + write - read_inner)
@@ -121,12 +124,11 @@ class HeadRegisteredFIFO(wiring.Component):
         r_port = storage.read_port(domain="comb")
         produce, consume = Signal(range(self.depth)), Signal(range(self.depth))
         write, read = self._writer(m, storage, produce), self.r_en & self.r_rdy
-        pow2 = self.depth & (self.depth - 1) == 0
         m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
                      r_port.addr.eq(consume), self.r_data.eq(r_port.data)]
         with m.If(write):
-            m.d.sync += produce.eq(produce + 1 if pow2 else Mux(produce == self.depth - 1, 0, produce + 1))
+            m.d.sync += produce.eq(_advanced(produce, self.depth))
         with m.If(read):
-            m.d.sync += consume.eq(consume + 1 if pow2 else Mux(consume == self.depth - 1, 0, consume + 1))
+            m.d.sync += consume.eq(_advanced(consume, self.depth))
         m.d.sync += self.level.eq(self.level + write - read)
         return m

@@ -90,7 +90,9 @@ def _compile(schedule, ranked, spec, config, tiles):
     cfg = load_config(config)
     queues = (f" (token queues {cfg.token_queue_depth}, command queues {cfg.cmd_queue_depth} deep)"
               if isinstance(first, CheckError) else "")
-    raise ScheduleError(f"no schedule of {spec} runs on config {cfg.name!r}{queues}: {first}") from None
+    error = ScheduleError(f"no schedule of {spec} runs on config {cfg.name!r}{queues}: {first}")
+    error.reason = getattr(first, "reason", str(first))
+    raise error from None
 
 
 def schedule_problem(config):
@@ -114,8 +116,7 @@ def schedule_problem(config):
         try:
             compile_layer(spec, cfg)
         except (CheckError, ScheduleError) as e:
-            reason = str(e).split(" fits config ", 1)[-1].split(": ", 1)[-1]
-            return f"the compiler cannot run even a {what} on this config: {reason}"
+            return f"the compiler cannot run even a {what} on this config: {getattr(e, 'reason', e)}"
     return None
 
 
