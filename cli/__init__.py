@@ -60,6 +60,13 @@ def _not_over_inputs(output, *inputs):
         raise CliError(str(e)) from None
 
 
+def _output_path(output, *inputs):
+    """CliError, before any long work, when ``output`` is one of ``inputs`` or its folder does not exist."""
+    _not_over_inputs(output, *inputs)
+    if not Path(output).resolve().parent.is_dir():
+        raise CliError(f"cannot write {output}: no directory {Path(output).parent}")
+
+
 def cmd_info(args):
     cfg = _config(args)
     info = cfg.describe()
@@ -220,10 +227,8 @@ def cmd_compile(args):
     cfg = _config(args, compiles=True)
     if args.percentile is not None and args.method != "percentile":
         raise CliError("--percentile needs --method percentile")
-    _not_over_inputs(args.output, args.model, args.calib, args.tuning_log)
+    _output_path(args.output, args.model, args.calib, args.tuning_log)
     calibration = _load_arrays(args.calib, "calibration samples") if args.calib else None
-    if not Path(args.output).resolve().parent.is_dir():
-        raise CliError(f"cannot write {args.output}: no directory {Path(args.output).parent}")
     print(f"compiling {args.model} for config {cfg.name} ({cfg.tag})", flush=True)
     try:
         model = compile_model(Path(args.model), cfg, calibration=calibration, method=args.method,
@@ -272,9 +277,7 @@ def cmd_run(args):
             single = len(model.graph.outputs) == 1 and not args.output.endswith(".npz")
             path = args.output if args.output.endswith(".npy" if single else ".npz") else \
                 args.output + (".npy" if single else ".npz")
-            _not_over_inputs(path, args.model, args.input)
-            if not Path(path).resolve().parent.is_dir():
-                raise CliError(f"cannot write {path}: no directory {Path(path).parent}")
+            _output_path(path, args.model, args.input)
         print(f"running {args.model} on {args.backend} (config {model.config.name})", flush=True)
         if (args.backend == "fpga") != (args.port is not None):
             raise CliError("--backend fpga needs --port (a board's serial port or `tilewright fpga simulate`'s)"

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from tilewright.cli import CliError, _config, _not_over_inputs, _write
+from tilewright.cli import CliError, _config, _output_path, _write
 
 __all__ = ["add_parser"]
 
@@ -48,9 +48,7 @@ def cmd_regress(args):
     from tilewright.sim.regress import RegressionPlan, junit_xml, run_regression, write_reproducer
     cfg = _config(args, compiles=True)
     if args.junit:
-        _not_over_inputs(args.junit, args.config)
-        if not Path(args.junit).resolve().parent.is_dir():
-            raise CliError(f"cannot write {args.junit}: no directory {Path(args.junit).parent}")
+        _output_path(args.junit, args.config)
     plan = RegressionPlan(programs=args.programs, seed=args.seed, batch=args.batch, operators=args.operators,
                           model=not args.no_model, formal=not args.no_formal)
     print(f"regress: config {cfg.name} ({cfg.tag}, fingerprint {cfg.fingerprint})", flush=True)

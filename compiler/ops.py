@@ -323,12 +323,13 @@ def conv_tiles(spec, cfg, threads=None):
 def ranked_conv_tiles(spec, cfg, threads=None):
     """Every tiling that fits, best first (two virtual threads before one); :class:`ScheduleError` naming the
     buffers that even the smallest tiling overfills when none fits."""
-    return _ranked(_conv_candidates, spec, cfg, threads, ConvTiles(1, 1, 1, 1), _conv_needs,
-                   "one output row, column and channel block")
+    return _ranked(_conv_candidates, spec, cfg, threads, "one output row, column and channel block",
+                   lambda c: _fit_problem(c, *_conv_needs(spec, c, ConvTiles(1, 1, 1, 1))))
 
 
-def _ranked(candidates, spec, cfg, threads, smallest, needs, what):
-    """The tilings ``candidates(spec, cfg, T)`` yields, best first, for ``threads`` or 2 then 1."""
+def _ranked(candidates, spec, cfg, threads, what, smallest_problem):
+    """The tilings ``candidates(spec, cfg, T)`` yields, best first, for ``threads`` or 2 then 1; when none
+    fits, a :class:`ScheduleError` with what ``smallest_problem(cfg)`` says of the smallest tiling, ``what``."""
     cfg = load_config(cfg)
     found = False
     for T in ([threads] if threads else [2, 1]):
@@ -336,8 +337,7 @@ def _ranked(candidates, spec, cfg, threads, smallest, needs, what):
             found = True
             yield t
     if not found:
-        need = needs(spec, cfg, smallest)
-        problem = _fit_problem(cfg, *need) if isinstance(need, tuple) else _fit_problem(cfg, **need)
+        problem = smallest_problem(cfg)
         reason = problem and f"even {what} needs more entries than the buffers hold ({problem.split(': ', 1)[1]})"
         error = ScheduleError(f"no tiling of {spec} fits config {cfg.name!r}" + (f": {reason}" if reason else ""))
         error.reason = reason or str(error)        # (what a caller that names the layer itself reports)
@@ -469,7 +469,8 @@ def dense_tiles(spec, cfg, threads=None):
 
 def ranked_dense_tiles(spec, cfg, threads=None):
     """Every tiling that fits, best first (as :func:`ranked_conv_tiles`)."""
-    return _ranked(_dense_candidates, spec, cfg, threads, DenseTiles(1, 1, 1), _dense_needs, "one block of each")
+    return _ranked(_dense_candidates, spec, cfg, threads, "one block of each",
+                   lambda c: _fit_problem(c, **_dense_needs(spec, c, DenseTiles(1, 1, 1))))
 
 
 def _dense_candidates(spec, c, T):

@@ -44,6 +44,8 @@ READ_CLIENTS = ("fetch", "load", "compute")
 
 #: ARID/AWID width of the DRAM port.
 AXI_ID_WIDTH = ReadArbiter.id_bits(len(READ_CLIENTS))
+#: Byte address width of the accelerator's AXI port unless a SoC narrows it to its memory.
+AXI_ADDR_WIDTH = 32
 
 
 class TraceSignature(wiring.Signature):
@@ -281,7 +283,7 @@ class Accelerator(wiring.Component):
         Instruction start/retire events per stream, for timelines.
     """
 
-    def __init__(self, cfg, *, addr_width=32):
+    def __init__(self, cfg, *, addr_width=AXI_ADDR_WIDTH):
         self.cfg, self.addr_width = cfg, addr_width
         super().__init__({
             "m_axi": Out(AxiSignature(addr_width=addr_width, data_width=cfg.dram_bus_width, id_width=AXI_ID_WIDTH)),

@@ -41,10 +41,10 @@ class TransferCheck(wiring.Component):
         Width of the instructions' ``sram_base`` field.
     serial : bool
         Multiply one bit per cycle (see the module's docstring).
-    limit_bits : int or None
-        With ``dram_limit`` (and the guarded range) at most ``2**limit_bits``: the DRAM arithmetic
-        saturates just above that, with a sticky overflow bit instead of the ISA's full widths
-        (a board's small memory: its adders and compares shrink by half).
+    limit_bits : int
+        ``dram_limit`` (and the guarded range) are at most ``2**limit_bits``: the DRAM arithmetic
+        saturates just above that, with a sticky overflow bit, instead of working at the ISA's full
+        widths (a board's small memory: its adders and compares shrink by half).
     guarded : bool
         Build the guarded range (a STORE's); without it there is no ``guard_lo``/``guard_hi``.
 
@@ -71,12 +71,11 @@ class TransferCheck(wiring.Component):
     #: Cycles from ``start`` to ``done`` with the parallel multiplier.
     LATENCY = 6
 
-    def __init__(self, *, sram_bits, serial=False, guarded=False, limit_bits=None):
+    def __init__(self, *, sram_bits, limit_bits, serial=False, guarded=False):
         self.serial, self.guarded = serial, guarded
         self.product_bits = 2 * MAX_EXTENT.bit_length()
         # Values at or above 2**width are only ever out of range: `width` bits and an overflow bit hold them.
-        self.width = (max(limit_bits, sram_bits + 1) + 1 if limit_bits is not None
-                      else isa.DRAM_ADDR_BITS + 1)
+        self.width = max(limit_bits, sram_bits + 1) + 1
         members = {
             "start": In(1),
             "sram_base": In(sram_bits), "rows": In(range(MAX_EXTENT)), "cols": In(range(MAX_EXTENT)),

@@ -40,15 +40,12 @@ from tilewright.hw.arbiter import ReadArbiter
 from tilewright.hw.dma import RowReader, RowWriter, _BurstSplitter, _LeanBurstSplitter
 from tilewright.hw.sequencer import Sequencer
 from tilewright.hw.token_queue import TokenQueue
-from tilewright.hw.top import READ_CLIENTS
+from tilewright.hw.top import AXI_ADDR_WIDTH as ADDR_WIDTH, READ_CLIENTS
 
 from .formal import prove
 
 __all__ = ["FormalProperty", "formal_properties", "prove_property", "AxiStability", "ArbiterFairness",
-           "TokensPushedFirst", "ADDR_WIDTH"]
-
-#: DRAM address width of the accelerator's AXI port (``hw.top.Accelerator``'s default).
-ADDR_WIDTH = 32
+           "TokensPushedFirst"]
 
 
 def _holds_until_ready(m, name, valid, ready, payload, *, check=Assert):

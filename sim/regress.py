@@ -82,10 +82,11 @@ def differential_batch(cfg, seeds):
     try:
         checked = differential_results(cfg, programs, dram_bytes=programs[0].dram_bytes)
     except Exception as e:      # (a build or harness failure: every program of the batch failed)
-        each = (time.perf_counter() - start) / len(seeds)
-        return [Case("differential", f"seed {s}", each, failure=f"{type(e).__name__}: {e}", programs=1)
-                for s in seeds]
+        checked = e
     each = (time.perf_counter() - start) / len(seeds)
+    if isinstance(checked, Exception):
+        return [Case("differential", f"seed {s}", each, failure=f"{type(checked).__name__}: {checked}", programs=1)
+                for s in seeds]
     cases = []
     for k, (program, (result, mismatch)) in enumerate(zip(programs, checked)):
         case = Case("differential", f"seed {program.seed}", each, programs=1,
@@ -97,8 +98,7 @@ def differential_batch(cfg, seeds):
             alone = differential_results(cfg, [program], dram_bytes=program.dram_bytes)[0][1]
             case.reproducer = dict(seed=program.seed, listing=program.listing(), dram=program.dram,
                                    insn_addr=program.insn_addr, insn_count=program.insn_count,
-                                   fails_alone=alone is not None, seeds_before=list(seeds[:k]),
-                                   message=str(mismatch).partition("\n")[0])
+                                   fails_alone=alone is not None, seeds_before=list(seeds[:k]), message=first_line)
         cases.append(case)
     return cases
 
@@ -133,8 +133,9 @@ def _random_operator(cfg, seed):
         what = f"conv2d {x.shape} * {w.shape} stride {stride} pad {padding}"
     if not np.array_equal(got, want):
         wrong = np.flatnonzero(got.ravel() != want.ravel())
+        k = wrong[0]
         raise AssertionError(f"{what}: {wrong.size} of {want.size} outputs differ from numpy "
-                             f"(first at flat index {wrong[0]}: RTL {got.ravel()[wrong[0]]}, numpy {want.ravel()[wrong[0]]})")
+                             f"(first at flat index {k}: RTL {got.ravel()[k]}, numpy {want.ravel()[k]})")
     return f"{what}, mul {mul} shift {shift} relu {relu}: equal to numpy"
 
 

@@ -2,6 +2,7 @@
 
 import linecache
 import re
+from pathlib import Path
 
 import pytest
 from amaranth import Const
@@ -13,7 +14,7 @@ from tilewright.hw.sequencer import Sequencer
 from tilewright.sim.formal import FormalError, prove
 from tilewright.sim.properties import ArbiterFairness, TokensPushedFirst, formal_properties, prove_property
 
-LEAN = load_config("tiny").replace(lean=True, vector_lanes=1, perf_counters=False)
+LEAN = load_config(Path(__file__).parents[2] / "examples" / "boards" / "tiny_lean.toml")
 PROPERTIES = ["dma_bounds", "axi_stable", "arbiter_fair", "tokens_pushed_first"]
 
 
