@@ -292,7 +292,8 @@ def junit_xml(cases, *, name, seconds):
 
 
 def write_reproducer(folder, cfg, case):
-    """A folder holding what reproduces ``case``'s mismatch: ``program.s``, ``dram.bin``, ``config.json``, ``README``."""
+    """A folder holding what reproduces ``case``'s mismatch: ``program.s``, ``dram.bin``, ``config.json`` and
+    ``README``."""
     from tilewright.compiler import files
     r = case.reproducer
     folder = Path(folder)
