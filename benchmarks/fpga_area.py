@@ -1,7 +1,8 @@
 """Where the FPGA resources go: each accelerator unit synthesised on its own, and the whole.
 
 Every unit (fetch, the load stream's loader, the compute stream with its
-GEMM/ALU core and, apart, its loader, the store stream, the register file) and the whole ``Accelerator``
+GEMM/ALU core and, apart, its loader, the store stream, the register file,
+and the DMA reader that fetch and each loader have, or with ``lean`` share) and the whole ``Accelerator``
 are synthesised separately with the family's Yosys flow (the one
 ``tilewright fpga build`` uses, without the SoC around it), and their cells
 are counted by kind: LUT, FF, carry, DSP, block RAM. The units do not add
@@ -39,6 +40,7 @@ from tilewright.fpga.build import SYNTH, BuildError, critical_path, tool, utiliz
 from tilewright.fpga.build import synthesise as synthesise_top
 from tilewright.hw.compute import ComputeUnit
 from tilewright.hw.core import ComputeCore
+from tilewright.hw.dma import RowReader
 from tilewright.hw.fetch import Fetch
 from tilewright.hw.padded_load import PaddedLoad
 from tilewright.hw.regs import RegisterFile
@@ -55,6 +57,7 @@ UNITS = {
     "compute.core": lambda cfg, aw: ComputeCore(cfg),
     "store": lambda cfg, aw: StoreUnit(cfg, addr_width=aw),
     "regs": lambda cfg, aw: RegisterFile(),
+    "reader": lambda cfg, aw: RowReader(addr_width=aw, data_width=cfg.dram_bus_width, lean=cfg.lean),
     "accelerator": lambda cfg, aw: Accelerator(cfg, addr_width=aw),
 }
 

@@ -55,7 +55,8 @@ def isa_tables(cfg=None):
     """Markdown for every format under ``cfg`` (the default preset if None)."""
     cfg = cfg or PRESETS["default"]
     parts = [f"Field layouts for the `{cfg.name}` preset; other configs change only the widths that "
-             f"follow buffer depths (`tilewright info --config NAME` prints any of them).\n",
+             f"follow buffer depths, and without `requant_store` the STORE has no fields after `x_stride` "
+             f"(`tilewright info --config NAME` prints any of them).\n",
              _preset_table()]
     parts += [_format_table(isa.instruction_format(op, cfg)) for op in isa.INSTRUCTION_TYPES]
     parts.append(_format_table(isa.uop_format(cfg)))

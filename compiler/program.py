@@ -21,10 +21,21 @@ from tilewright.config import HwConfig, load_config
 
 from . import files
 
-__all__ = ["Segment", "Program", "ProgramError", "ALIGN"]
+__all__ = ["Segment", "Program", "ProgramError", "ALIGN", "segment_align"]
 
-#: Segment and image alignment: a multiple of every element size.
+#: Segment and image alignment: a multiple of every element size, and an AXI burst boundary (a segment's
+#: first row starts a burst).
 ALIGN = 4096
+
+
+def segment_align(cfg):
+    """The alignment of ``cfg``'s segments and program images: :data:`ALIGN`, or with ``lean`` (boards whose
+    memory is tens of kilobytes on chip and serves one short burst at a time) the largest element or 64 bytes,
+    whichever is more: a digits layer's five segments then take 7 KB instead of 24."""
+    if not cfg.lean:
+        return ALIGN
+    largest = max(cfg.elem_bytes(mem) for mem in ("uop", "inp", "wgt", "acc", "out", "acc8"))
+    return max(64, 1 << (largest - 1).bit_length())
 
 
 class ProgramError(ValueError):
@@ -67,8 +78,9 @@ class Program:
 
     def instructions_at(self, base):
         """The instructions with DRAM addresses for an image placed at byte address ``base``."""
-        if base % ALIGN:
-            raise ProgramError(f"program image base {base:#x} is not {ALIGN}-byte aligned")
+        align = segment_align(self.config)
+        if base % align:
+            raise ProgramError(f"program image base {base:#x} is not {align}-byte aligned")
         out = []
         for insn in self.instructions:
             if isinstance(insn, (isa.Load, isa.Store)) and not (insn.x_size == 0 or insn.y_size == 0):

@@ -176,7 +176,7 @@ BOARDS = {b.name: b for b in [
           resources={"LUT": 5280, "FF": 5280, "DSP": 8, "BRAM": 30, "SPRAM": 4}, mem_ram_style="huge"),
     Board("tangnano9k", "Tang Nano 9K (GW1NR-LV9QN88PC6/I5)", "gowin",
           "amaranth_boards.tang_nano_9k:TangNano9kPlatform",
-          config="tiny", freq_mhz=27, mem_bytes=16 * 1024, baud=115_200,
+          config="pico", freq_mhz=27, mem_bytes=32 * 1024, baud=115_200,
           resources={"LUT": 8640, "FF": 6480, "DSP": 40, "BRAM": 26, "SSRAM": 270}),
 ]}
 

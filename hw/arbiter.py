@@ -7,7 +7,18 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import AxiReadSignature
 
-__all__ = ["ReadArbiter"]
+__all__ = ["ReadArbiter", "next_in_turn"]
+
+
+def next_in_turn(requests, last):
+    """The requester to serve next: the first one set in ``requests`` after ``last`` round the circle
+    (``last`` itself when it is the only one; an index of ``len(requests)`` bits)."""
+    count = len(requests)
+    order = [(last + 1 + k) % count for k in range(count)]
+    choice = order[-1]
+    for candidate in reversed(order[:-1]):
+        choice = Mux(requests.bit_select(candidate, 1), candidate, choice)
+    return choice
 
 
 class ReadArbiter(wiring.Component):

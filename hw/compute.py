@@ -18,7 +18,7 @@ from tilewright.isa import ErrorCode, MemType, Opcode
 from .core import ComputeCore
 from .padded_load import LoadRequest
 from .sequencer import CommandLayout, Sequencer, TokenPort
-from .sram import load_granularity, sram_shape
+from .sram import acc_granularity, alu_granularity, load_granularity, sram_shape, widened
 
 __all__ = ["ComputeUnit"]
 
@@ -36,7 +36,7 @@ class ComputeUnit(wiring.Component):
     acc_for_store : Out(ReadPort.Signature)
         A read port of the accumulator SRAM for the store stream: a third
         one, or with ``lean`` the ALU's second, free while no ALU
-        instruction executes (``acc_for_store_free``).
+        instruction executes (``acc_for_store_free``); not built (never free) without ``requant_store``.
     acc_for_store_free : Out(1)
         The store stream may read ``acc_for_store`` this cycle.
     dma : Out(LoadRequest)
@@ -56,14 +56,14 @@ class ComputeUnit(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
 
-        def port(kind, mem):
-            return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem)))
+        def port(kind, mem, **granularity):
+            return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem), **granularity))
 
         super().__init__({
             "cmd": In(stream.Signature(CommandLayout())),
             "prev": Out(TokenPort()), "next": Out(TokenPort()),
             "inp_read": port(ReadPort, "inp"), "wgt_read": port(ReadPort, "wgt"),
-            "out_write": port(WritePort, "out"),
+            "out_write": port(WritePort, "out", granularity=alu_granularity(cfg)),
             "acc_for_store": Out(ReadPort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"))),
             "acc_for_store_free": Out(1),
             "dma": Out(LoadRequest(cfg)),
@@ -95,13 +95,14 @@ class ComputeUnit(wiring.Component):
         m.submodules.acc_mem = acc_mem = Memory(shape=sram_shape(c, "acc"), depth=c.acc_depth, init=[])
         uop_w = uop_mem.write_port()
         uop_r = uop_mem.read_port()
-        acc_w = acc_mem.write_port(granularity=load_granularity(c, "acc"))
+        acc_w = acc_mem.write_port(granularity=acc_granularity(c))
         acc_ra = acc_mem.read_port(transparent_for=(acc_w,))
         acc_rb = acc_mem.read_port(transparent_for=(acc_w,))
         # Requantizing STOREs read through a third port (tokens keep them off rows compute is writing),
-        # or with `lean` through the ALU's second port between ALU instructions.
+        # or with `lean` through the ALU's second port between ALU instructions (without
+        # `requant_store` the store stream never reads the accumulators).
         store_read = self.acc_for_store
-        if not c.lean:
+        if c.requant_store and not c.lean:
             wiring.connect(m, wiring.flipped(store_read), acc_mem.read_port())
             m.d.comb += self.acc_for_store_free.eq(1)
 
@@ -112,7 +113,7 @@ class ComputeUnit(wiring.Component):
                      uop_w.en.eq(self.uop_load.en)]
         wiring.connect(m, core.uop_read, uop_r)
         wiring.connect(m, core.acc_read_a, acc_ra)
-        if c.lean:
+        if c.requant_store and c.lean:
             alu = core.alu_busy
             m.d.comb += [acc_rb.addr.eq(Mux(alu, core.acc_read_b.addr, store_read.addr)),
                          acc_rb.en.eq(Mux(alu, core.acc_read_b.en, store_read.en)),
@@ -124,13 +125,11 @@ class ComputeUnit(wiring.Component):
         wiring.connect(m, core.wgt_read, wiring.flipped(self.wgt_read))
         wiring.connect(m, core.out_write, wiring.flipped(self.out_write))
         # One writer of acc at a time: the compute stream runs one instruction. The core writes whole
-        # rows, a LOAD slices of one.
-        with m.If(core.acc_write.en):
-            m.d.comb += [acc_w.addr.eq(core.acc_write.addr), acc_w.data.eq(core.acc_write.data),
-                         acc_w.en.eq((1 << len(acc_w.en)) - 1)]
-        with m.Elif(self.acc_load.en.any()):
-            m.d.comb += [acc_w.addr.eq(self.acc_load.addr), acc_w.data.eq(self.acc_load.data),
-                         acc_w.en.eq(self.acc_load.en)]
+        # rows (an ALU of fewer lanes, slices of one), a LOAD slices of one.
+        for writer in (self.acc_load, core.acc_write):       # (the later m.If wins: never both at once)
+            with m.If(writer.en.any()):
+                m.d.comb += [acc_w.addr.eq(writer.addr), acc_w.data.eq(writer.data),
+                             acc_w.en.eq(widened(writer.en, len(acc_w.en) // len(writer.en)))]
 
         word = seq.insn.as_value()
         load = data.View(layouts[Opcode.LOAD], word)

@@ -10,19 +10,19 @@ GEMM pipeline (one micro-op enters per cycle, no stalls)::
     · S3 products · tree levels (registered, log2(block_in) of them) · acc += sum, write
 
 ALU pipeline (one micro-op per ``vector_passes`` cycles — one per cycle when
-every accumulator lane has its own ALU — plus a cycle when the micro-op right
+every accumulator lane has its own ALU — plus a cycle or more when a micro-op
 ahead of it writes its operand)::
 
     S0 uop read, registered · S1 indices, acc[dst] and acc[src] read · S2 range check,
-    operands registered · S3 op, vector_width lanes a cycle · S4 gather, write
+    operands registered · S3 op, vector_width lanes a cycle · S4 write (the row, or each slice's lanes)
 
 Every SRAM read is registered before logic uses it: a block RAM's
 clock-to-out is more than half a 100 MHz cycle on the ECP5. The
 accumulator rows a GEMM adds to are read two cycles before the write,
 through ports transparent to the write port, and the row written in
 between is forwarded into the register, so back-to-back GEMM micro-ops on
-one row need no stall and no software help. The ALU forwards its S4 result
-into S2's operands. Every result is also written, narrowed to the output
+one row need no stall and no software help. An ALU of one pass forwards its
+S4 result into S2's operands. Every result is also written, narrowed to the output
 width, to OUT.
 """
 
@@ -36,7 +36,7 @@ from tilewright.isa import AluOp, ErrorCode
 
 from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe
-from .sram import sram_shape
+from .sram import alu_granularity, sram_shape
 
 __all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply"]
 
@@ -181,8 +181,8 @@ class ComputeCore(wiring.Component):
         self.gemm_layout, self.alu_layout = layouts[isa.Opcode.GEMM], layouts[isa.Opcode.ALU]
         self.acc_shape = sram_shape(cfg, "acc")
 
-        def port(kind, mem):
-            return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem)))
+        def port(kind, mem, **granularity):
+            return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem), **granularity))
 
         super().__init__({
             "start": In(1),
@@ -196,8 +196,8 @@ class ComputeCore(wiring.Component):
             "wgt_read": port(ReadPort, "wgt"),
             "acc_read_a": port(ReadPort, "acc"),
             "acc_read_b": port(ReadPort, "acc"),
-            "acc_write": port(WritePort, "acc"),
-            "out_write": port(WritePort, "out"),
+            "acc_write": port(WritePort, "acc", granularity=alu_granularity(cfg)),
+            "out_write": port(WritePort, "out", granularity=alu_granularity(cfg)),
         })
 
     def elaborate(self, platform):
@@ -332,14 +332,15 @@ class ComputeCore(wiring.Component):
             m.d.sync += acc_row.eq(self.acc_read_a.data)
 
         # -- ALU: S2 operands · S3 op · S4 write -------------------------------
-        # A micro-op's rows are read in S1 and captured as it leaves S2, with
-        # the row S4 writes forwarded; a micro-op held in S2 reads its rows
-        # again every cycle, so what it captures is never stale. S3 runs
-        # `vector_width` lanes a cycle: a micro-op spends `vector_passes`
-        # cycles there, its operand rows shifting down a slice each cycle, and
-        # S4 gathers the slices into the row it writes. The micro-op in S2
-        # waits while S3 has slices left (`stall`), and one cycle more when it
-        # reads the row the micro-op in S3 writes.
+        # A micro-op's rows are read in S1 and captured as it leaves S2; a
+        # micro-op held in S2 reads its rows again every cycle, so what it
+        # captures is never stale. S3 runs `vector_width` lanes a cycle: a
+        # micro-op spends `vector_passes` cycles there, and the micro-op in S2
+        # waits while S3 has slices left (`stall`). With one pass S4 writes
+        # the row and forwards it into S2's operands (S2 waits a cycle when it
+        # reads the row S3 writes); with several, S4 writes each slice into
+        # its lanes as it comes (no row is gathered), and S2 waits while it
+        # reads a row S3 or S4 has yet to write.
         lanes, width, passes = batch * BO, c.vector_width, c.vector_passes
         a_op = Signal(self.acc_shape, reset_less=True)
         b_op = Signal(self.acc_shape, reset_less=True)
@@ -347,40 +348,49 @@ class ComputeCore(wiring.Component):
         x_dst = Signal(acc_bits, reset_less=True)
         x_slice = Signal(range(max(passes, 2)), reset_less=True)      # (one bit, unused, with a single pass)
         x_last = x_slice == passes - 1 if passes > 1 else C(1)
-        m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_last | s2_hazard))
         with m.If(s2_ok & ~is_gemm & ~stall):
             m.d.sync += [x_valid.eq(1), x_dst.eq(s2_dst[:acc_bits]), x_slice.eq(0)]
         with m.Elif(x_valid & ~x_last):
             m.d.sync += x_slice.eq(x_slice + 1)
         with m.Else():
             m.d.sync += x_valid.eq(0)
-        w_valid = pipe(m, x_valid & x_last, "w_valid")      # S4 completes a row
+        w_valid = pipe(m, x_valid, "w_valid")               # S4 writes a slice (or the row)
+        w_last = pipe(m, x_valid & x_last, "w_last")        # ... completing the micro-op
         w_dst = pipe(m, x_dst, "w_dst", data=True)
-        alu_lanes = [_AluLane(m, alu_op, a_op[lane], b_op[lane], c.acc_width, lane) for lane in range(width)]
-        w_result = Signal(self.acc_shape)
-        w_slice = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
-        if passes > 1:
-            # The row's earlier slices; slices of one micro-op reach S4 on consecutive cycles.
-            gathered = Signal((lanes - width) * c.acc_width, reset_less=True)
-            m.d.sync += gathered.eq(Cat(gathered[len(w_slice):], w_slice))
-            m.d.comb += w_result.eq(Cat(gathered, w_slice))
-        else:
-            m.d.comb += w_result.eq(w_slice)
+        w_slice = pipe(m, x_slice, "w_slice", data=True)
+        if passes == 1:
+            operands = [a_op[lane] for lane in range(lanes)], [b_op[lane] for lane in range(lanes)]
+        else:       # the slice S3 works on this cycle
+            operands = tuple([op.as_value().word_select(x_slice, width * c.acc_width).word_select(k, c.acc_width)
+                              .as_signed() for k in range(width)] for op in (a_op, b_op))
+            operands = operands[0], [Mux(use_imm, imm, b) for b in operands[1]]
+        alu_lanes = [_AluLane(m, alu_op, a, b, c.acc_width, lane) for lane, (a, b) in enumerate(zip(*operands))]
+        w_result = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
         for op, name, port, row, next_row in ((a_op, "a", self.acc_read_a, s2_dst, dst),
                                               (b_op, "b", self.acc_read_b, s2_src, src)):
-            # Whether S4 writes the row of the micro-op in S2, compared a cycle ahead (against the row
-            # S2 will hold) and registered: the select fans out to every operand bit.
-            forward = Signal(name=f"{name}_forward")
-            m.d.sync += forward.eq(x_valid & x_last & (x_dst == Mux(stall, row, next_row)[:acc_bits]))
-            with m.If(x_valid & ~x_last):
-                m.d.sync += op.eq(op.as_value()[len(w_slice):])
-            if op is b_op:
-                with m.Elif(use_imm):
-                    m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
-            with m.Elif(forward):
-                m.d.sync += op.eq(w_result)
-            with m.Else():
-                m.d.sync += op.eq(port.data)
+            if passes == 1:
+                # Whether S4 writes the row of the micro-op in S2, compared a cycle ahead (against the row
+                # S2 will hold) and registered: the select fans out to every operand bit.
+                forward = Signal(name=f"{name}_forward")
+                m.d.sync += forward.eq(x_valid & (x_dst == Mux(stall, row, next_row)[:acc_bits]))
+                if op is b_op:
+                    with m.If(use_imm):
+                        m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
+                with (m.Elif if op is b_op else m.If)(forward):
+                    m.d.sync += op.eq(w_result)
+                with m.Else():
+                    m.d.sync += op.eq(port.data)
+            else:
+                with m.If(~x_valid | x_last):
+                    m.d.sync += op.eq(port.data)
+        if passes == 1:
+            m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & s2_hazard)
+        else:
+            def writes(valid, dst):     # an ALU micro-op yet to write `dst` reads a row of the one in S2
+                row = dst == s2_dst[:acc_bits]
+                return valid & (row | (~use_imm & (dst == s2_src[:acc_bits])))
+            m.d.comb += stall.eq(s2_valid & ~is_gemm & ((x_valid & ~x_last) | writes(x_valid, x_dst)
+                                                        | writes(w_valid, w_dst)))
 
         with m.If(is_gemm):
             m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
@@ -393,15 +403,16 @@ class ComputeCore(wiring.Component):
 
         result = Signal(self.acc_shape)
         write_dst = Signal(acc_bits)
-        write = Signal()
+        write = Signal(len(self.acc_write.en))      # per slice of `vector_width` lanes (one bit: the row)
         with m.If(g_valid):
-            m.d.comb += [write.eq(1), write_dst.eq(g_dst), result.eq(g_result)]
+            m.d.comb += [write.eq(-1), write_dst.eq(g_dst), result.eq(g_result)]
         with m.Elif(w_valid):
-            m.d.comb += [write.eq(1), write_dst.eq(w_dst), result.eq(w_result)]
+            m.d.comb += [write.eq(C(1, 1) << w_slice if passes > 1 else 1), write_dst.eq(w_dst),
+                         result.eq(w_result.replicate(passes))]
         m.d.comb += [
             self.acc_write.addr.eq(write_dst), self.acc_write.data.eq(result), self.acc_write.en.eq(write),
             self.out_write.addr.eq(write_dst), self.out_write.en.eq(write),
-            self.retire_gemm.eq(g_valid), self.retire_alu.eq(w_valid),
+            self.retire_gemm.eq(g_valid), self.retire_alu.eq(w_last),
         ]
         for lane in range(lanes):
             m.d.comb += self.out_write.data[lane].eq(result[lane][:c.out_width])

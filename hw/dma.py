@@ -28,10 +28,12 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import axi as axi_spec
+from .arbiter import next_in_turn
 from .axi import (BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, RESP_OKAY, AxiReadSignature,
                   AxiWriteSignature)
 
-__all__ = ["TransferLayout", "RowReader", "ElementPacker", "RowWriter", "LEAN_BURST_BEATS"]
+__all__ = ["TransferLayout", "BeatLayout", "ReadClient", "RowReader", "ReaderShare", "attach_reader", "ElementPacker",
+           "RowWriter", "LEAN_BURST_BEATS"]
 
 #: Rows of a transfer command (the ISA's 16-bit ``y_size``).
 ROWS_BITS = 16
@@ -52,6 +54,30 @@ def TransferLayout(addr_width):
     """
     bits = addr_width + 1
     return data.StructLayout({"addr": bits, "row_bytes": bits, "stride": bits, "rows": ROWS_BITS})
+
+
+def BeatLayout(data_width):
+    """Payload of a read beat: ``data`` (one bus word), ``lo``/``hi`` (the transfer's bytes within it)
+    and ``last`` (the transfer's final beat)."""
+    bus_bytes = data_width // 8
+    return data.StructLayout({"data": data_width, "lo": range(bus_bytes), "hi": range(1, bus_bytes + 1), "last": 1})
+
+
+class ReadClient(wiring.Signature):
+    """A unit's side of a :class:`RowReader` (its own, or one it shares through :class:`ReaderShare`):
+    transfers out (``cmd``), their beats in, and the reader's ``busy`` and ``error`` as it sees them."""
+
+    def __init__(self, *, addr_width, data_width):
+        super().__init__({"cmd": Out(stream.Signature(TransferLayout(addr_width))),
+                          "beats": In(stream.Signature(BeatLayout(data_width))),
+                          "busy": In(1), "error": In(1)})
+
+
+def attach_reader(m, client, reader):
+    """Serve ``client`` (an ``Out(ReadClient)`` port) with ``reader`` (a :class:`RowReader`)."""
+    wiring.connect(m, client.cmd, reader.cmd)
+    wiring.connect(m, reader.beats, client.beats)
+    m.d.comb += [client.busy.eq(reader.busy), client.error.eq(reader.error)]
 
 
 def _burst_layout(bus_bytes):
@@ -368,9 +394,7 @@ class RowReader(wiring.Component):
         self.lean = lean
         super().__init__({
             "cmd": In(stream.Signature(TransferLayout(addr_width))),
-            "beats": Out(stream.Signature(data.StructLayout({
-                "data": data_width, "lo": range(self.bus_bytes), "hi": range(1, self.bus_bytes + 1),
-                "last": 1}))),
+            "beats": Out(stream.Signature(BeatLayout(data_width))),
             "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=data_width)),
             "busy": Out(1),
             "error": Out(1),
@@ -405,6 +429,64 @@ class RowReader(wiring.Component):
                 m.d.sync += self.error.eq(1)
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += self.error.eq(0)
+        return m
+
+
+class ReaderShare(wiring.Component):
+    """One :class:`RowReader` for several units: their transfers take turns, whole.
+
+    An idle reader takes the next client's command straight through (the
+    first waiting client after the one served last); that client then owns
+    the reader, its beats, ``busy`` and ``error``, until the reader is idle
+    again. A client's ``error`` stays until its next command, as the
+    reader's does. Every client must take its beats without waiting on
+    another client (fetch asks only for what its buffer has room for, a LOAD
+    writes its SRAM), so a transfer always finishes and no client starves.
+
+    Members
+    -------
+    client_<k> : In(ReadClient) each
+    reader : Out(ReadClient)
+    """
+
+    def __init__(self, *, count, addr_width, data_width):
+        self.count = count
+        members = {f"client_{k}": In(ReadClient(addr_width=addr_width, data_width=data_width)) for k in range(count)}
+        members["reader"] = Out(ReadClient(addr_width=addr_width, data_width=data_width))
+        super().__init__(members)
+
+    def clients(self):
+        return [getattr(self, f"client_{k}") for k in range(self.count)]
+
+    def elaborate(self, platform):
+        m = Module()
+        clients, reader = self.clients(), self.reader
+        owner = Signal(range(self.count))       # the client the reader serves (or served last)
+        running = Signal()                      # a transfer of the owner's is in the reader
+        choice = Signal.like(owner)
+        m.d.comb += choice.eq(next_in_turn(Cat(c.cmd.valid for c in clients), owner))
+        taken = reader.cmd.valid & reader.cmd.ready
+        with m.If(~running):
+            with m.Switch(choice):
+                for k, client in enumerate(clients):
+                    with m.Case(k):
+                        m.d.comb += [reader.cmd.valid.eq(client.cmd.valid), reader.cmd.payload.eq(client.cmd.payload),
+                                     client.cmd.ready.eq(reader.cmd.ready)]
+        with m.If(taken):
+            m.d.sync += [owner.eq(choice), running.eq(1)]
+        with m.Elif(running & ~reader.busy):     # (a reader is busy from the cycle after it takes a command)
+            m.d.sync += running.eq(0)
+        for k, client in enumerate(clients):
+            mine = running & (owner == k)
+            failed = Signal(name=f"failed_{k}")
+            with m.If(mine & reader.error):
+                m.d.sync += failed.eq(1)
+            with m.If(client.cmd.valid & client.cmd.ready):
+                m.d.sync += failed.eq(0)
+            m.d.comb += [client.beats.payload.eq(reader.beats.payload), client.beats.valid.eq(mine & reader.beats.valid),
+                         client.busy.eq(mine & reader.busy), client.error.eq(failed | (mine & reader.error))]
+            with m.If(mine):
+                m.d.comb += reader.beats.ready.eq(client.beats.ready)
         return m
 
 

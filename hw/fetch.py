@@ -19,8 +19,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode, Opcode, Stream
 
-from .axi import AxiReadSignature
-from .dma import ElementPacker, RowReader
+from .dma import ElementPacker, ReadClient
 from .fifo import HeadRegisteredFIFO
 from .sequencer import CommandLayout
 
@@ -77,7 +76,8 @@ class Fetch(wiring.Component):
     addr, count : In(32)
     load, compute, store : Out(stream.Signature(CommandLayout()))
         The command queues.
-    axi : Out(AxiReadSignature)
+    read : Out(ReadClient)
+        A :class:`~.dma.RowReader` of its own, or one shared (``lean``).
     halt : In(1)
         Stop dispatching.
     fault : Out(1)
@@ -102,7 +102,7 @@ class Fetch(wiring.Component):
         super().__init__({
             "start": In(1), "addr": In(32), "count": In(32),
             "load": cmd, "compute": cmd, "store": cmd,
-            "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=cfg.dram_bus_width)),
+            "read": Out(ReadClient(addr_width=addr_width, data_width=cfg.dram_bus_width)),
             "halt": In(1),
             "fault": Out(1), "error": Out(isa.ERROR_BITS), "index": Out(32),
             "done": Out(1), "stalled": Out(1), "dispatched": Out(1), "busy": Out(1),
@@ -111,12 +111,10 @@ class Fetch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c = self.cfg
-        m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=c.dram_bus_width, lean=c.lean)
-        # (the head a register: the decoder works on it)
+        reader = self.read
         chunk_size = LEAN_CHUNK if c.lean else CHUNK
         m.submodules.buffer = buffer = _InstructionBuffer(bus_bytes=c.dram_bus_width // 8, depth=2 * chunk_size)
-        wiring.connect(m, reader.beats, buffer.beats)
-        wiring.connect(m, reader.axi, wiring.flipped(self.axi))
+        wiring.connect(m, wiring.flipped(reader.beats), buffer.beats)
 
         # A program that passes the start check lies below 2**addr_width, so it holds at most
         # 2**(addr_width-4) instructions: every count and index below is that narrow.

@@ -8,8 +8,8 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import ERROR_BITS, ErrorCode, MemType
 
-from .axi import AxiReadSignature
-from .dma import ElementPacker, RowReader
+from .arbiter import next_in_turn
+from .dma import ElementPacker, ReadClient
 from .sram import load_granularity, load_slices, sram_shape
 from .transfer_check import MAX_EXTENT, TransferCheck
 
@@ -48,10 +48,10 @@ class PaddedLoad(wiring.Component):
     or an error response ends with ``BUS_ERROR``.
 
     A stream runs one instruction at a time, so its memory types share the
-    checks, the address arithmetic and the AXI reader; only the element
+    checks, the address arithmetic and the reader; only the element
     packers (one per element size) and the write ports (one per buffer) are
     separate. With ``lean`` the load and compute streams share one
-    (through :class:`LoadShare`).
+    (through :class:`LoadShare`), and it shares its reader with fetch.
 
     Parameters
     ----------
@@ -68,7 +68,8 @@ class PaddedLoad(wiring.Component):
         The instruction (its memory type one of ``memory_types``) and its outcome.
     write_<buffer> : In(WritePort.Signature)
         One SRAM write port per buffer the memory types target.
-    axi : Out(AxiReadSignature)
+    read : Out(ReadClient)
+        The :class:`~.dma.RowReader` its transfers go to (a command waits until it is taken).
     """
 
     def __init__(self, cfg, memory_types, *, addr_width):
@@ -83,7 +84,7 @@ class PaddedLoad(wiring.Component):
         self.addr_width, self.data_width = addr_width, cfg.dram_bus_width
         members = {
             "request": In(LoadRequest(cfg)),
-            "axi": Out(AxiReadSignature(addr_width=addr_width, data_width=self.data_width)),
+            "read": Out(ReadClient(addr_width=addr_width, data_width=self.data_width)),
         }
         for b in self.buffers:
             members[f"write_{b}"] = In(WritePort.Signature(addr_width=cfg.index_bits(b), shape=sram_shape(cfg, b),
@@ -103,12 +104,11 @@ class PaddedLoad(wiring.Component):
         request = self.request
         insn, types = request.insn, self.memory_types
         B = self.data_width // 8
-        m.submodules.reader = reader = RowReader(addr_width=self.addr_width, data_width=self.data_width, lean=self.lean)
+        reader = self.read
         shifts = [self.elem_bytes[mt].bit_length() - 1 for mt in types]
         # (the bus holds at most 2**(addr_width - shift) elements of a type)
         m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=self.lean,
                                                    limit_bits=self.addr_width - min(shifts))
-        wiring.connect(m, reader.axi, wiring.flipped(self.axi))
 
         # The instruction's memory type, one-hot, and what it implies.
         selected = Cat(insn.memory_type == mt for mt in types)
@@ -156,7 +156,7 @@ class PaddedLoad(wiring.Component):
                  for name in ("r_enter", "r_leave", "r_last", "c_enter", "c_leave", "c_last")}
         starts = {"r": insn.y_pad0 == 0, "c": insn.x_pad0 == 0}     # the first row (column) is data
         addr = Signal(self.index_bits + 1, reset_less=True)
-        part = Signal(range(max(slices)), reset_less=True)          # the slice of the entry the next beat fills
+        part = Signal(range(max(*slices, 2)), reset_less=True)     # the slice the next beat fills (whole entries: unused)
         in_data = row_in & col_in
         last_entry = (r == bound["r_last"]) & (c == bound["c_last"])
         last_part = per_type([part == n - 1 for n in slices])
@@ -231,6 +231,13 @@ class PaddedLoad(wiring.Component):
                     m.next = "IDLE"
                 with m.Elif(check.done):
                     m.d.comb += reader.cmd.valid.eq(1)
+                    with m.If(reader.cmd.ready):
+                        m.next = "WRITE"
+                    with m.Else():
+                        m.next = "ASK"
+            with m.State("ASK"):        # a shared reader is serving another unit
+                m.d.comb += reader.cmd.valid.eq(1)
+                with m.If(reader.cmd.ready):
                     m.next = "WRITE"
             with m.State("WRITE"):
                 m.d.comb += writing.eq(1)
@@ -301,10 +308,5 @@ class LoadShare(wiring.Component):
         m.d.sync += kick.eq(0)
         m.d.comb += loader.start.eq(kick)
         with m.If(~busy & pending.any()):
-            # the next waiting client after the one served last, round the circle
-            order = [(served + 1 + k) % self.count for k in range(self.count)]
-            choice = order[-1]
-            for candidate in reversed(order[:-1]):
-                choice = Mux(pending.bit_select(candidate, 1), candidate, choice)
-            m.d.sync += [busy.eq(1), served.eq(choice), kick.eq(1)]
+            m.d.sync += [busy.eq(1), served.eq(next_in_turn(pending, served)), kick.eq(1)]
         return m

@@ -1,11 +1,13 @@
 """Shapes of the accelerator's SRAMs, derived from the config."""
 
-from amaranth import signed
+import math
+
+from amaranth import Cat, signed
 from amaranth.lib import data
 
 from tilewright import isa
 
-__all__ = ["sram_shape", "load_slices", "load_granularity"]
+__all__ = ["sram_shape", "load_slices", "load_granularity", "alu_granularity", "acc_granularity", "widened"]
 
 
 def sram_shape(cfg, mem):
@@ -34,3 +36,22 @@ def load_granularity(cfg, mem):
     """The granularity, in lanes, of the write port LOADs fill SRAM ``mem`` through (None: whole entries)."""
     slices = load_slices(cfg, mem)
     return None if slices == 1 else cfg.lanes(mem)[0] // slices
+
+
+def alu_granularity(cfg):
+    """The granularity, in lanes, of the ALU's writes into ACC and OUT entries: ``vector_width`` when it
+    takes several passes over an entry (writing each slice as it is computed), else None (whole entries)."""
+    return cfg.vector_width if cfg.vector_passes > 1 else None
+
+
+def acc_granularity(cfg):
+    """The granularity, in lanes, of the accumulator SRAM's write port: fine enough for a LOAD's slices and
+    the ALU's (None: whole entries)."""
+    lanes = cfg.lanes("acc")[0]
+    granularity = math.gcd(load_granularity(cfg, "acc") or lanes, alu_granularity(cfg) or lanes)
+    return None if granularity == lanes else granularity
+
+
+def widened(en, factor):
+    """A write-enable mask at a ``factor`` times finer granularity: each bit repeated ``factor`` times."""
+    return Cat(bit.replicate(factor) for bit in en)

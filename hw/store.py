@@ -1,6 +1,6 @@
 """The store stream: STORE OUT, from the output SRAM to DRAM."""
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import C, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import ReadPort
 from amaranth.lib.wiring import In, Out
@@ -27,7 +27,8 @@ class StoreUnit(wiring.Component):
     ``vector_passes`` cycles when requantizing) through a seven-stage
     pipeline and a small FIFO, into a :class:`RowWriter`; retires
     when every write response is in. A ``set_bias`` STORE reads one ACC entry
-    into the bias register instead.
+    into the bias register instead. Without ``requant_store`` there is no
+    requantizer: OUT entries go to the FIFO a cycle after they are read.
 
     Members
     -------
@@ -97,6 +98,89 @@ class StoreUnit(wiring.Component):
             writer.elements.valid.eq(queue.r_rdy),
             queue.r_en.eq(writer.elements.ready),
         ]
+        # Data registers (read only beside a valid bit or in the state that sets them) are not reset
+        # at the start of a run.
+        addr = Signal(c.index_bits("out") + 1, reset_less=True)
+        left = Signal(32, reset_less=True)
+        issue = Signal()
+        read_valid = Signal()           # SRAM data arrives this cycle
+        m.d.comb += [self.out_read.addr.eq(addr), self.out_read.en.eq(1)]
+        m.d.sync += read_valid.eq(issue)
+        with m.If(issue):
+            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+        if c.requant_store:
+            requant, set_bias = insn.requant, insn.set_bias
+            bias = Signal.like(self.acc_read.data)            # the bias register: zero after reset
+            m.d.comb += [self.acc_read.addr.eq(addr), self.acc_read.en.eq(1)]
+            element, valid, gap = self._requantizer(m, insn, issue, read_valid, bias)
+        else:       # an OUT entry, registered as it leaves the SRAM, is the element
+            requant = set_bias = C(0)
+            element = pipe(m, self.out_read.data, "element", data=True)
+            valid, gap = [read_valid, pipe(m, read_valid, "element_valid")], C(0)
+        m.d.comb += [queue.w_data.eq(element), queue.w_en.eq(valid[-1])]
+        in_flight = Cat(*valid).any()
+
+        done = Signal()
+        error = Signal(isa.ERROR_BITS)
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(seq.start):
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.sync += addr.eq(insn.sram_base)
+                if c.requant_store:
+                    with m.If(set_bias & (insn.sram_base >= c.acc_depth)):
+                        m.d.comb += [done.eq(1), error.eq(ErrorCode.SRAM_RANGE)]
+                        m.next = "IDLE"
+                    with m.Elif(set_bias):
+                        m.next = "BIAS_READ"
+                with (m.Elif if c.requant_store else m.If)((insn.x_size == 0) | (insn.y_size == 0)):
+                    m.d.comb += done.eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += check.start.eq(1)
+                    m.next = "RANGES"
+            with m.State("RANGES"):
+                m.d.sync += left.eq(count)
+                with m.If(check.done & (check.error != 0)):
+                    m.d.comb += [done.eq(1), error.eq(check.error)]
+                    m.next = "IDLE"
+                with m.Elif(check.done):
+                    m.d.comb += writer.cmd.valid.eq(1)
+                    m.next = "STREAM"
+            if c.requant_store:
+                with m.State("BIAS_READ"):       # addr = sram_base: the entry arrives next cycle
+                    with m.If(self.acc_read_free):
+                        m.next = "BIAS_LATCH"
+                with m.State("BIAS_LATCH"):
+                    m.d.sync += bias.eq(self.acc_read.data)
+                    m.d.comb += done.eq(1)
+                    m.next = "IDLE"
+            with m.State("STREAM"):
+                # Room for the elements in the pipeline and the one issued now.
+                m.d.comb += issue.eq((left != 0) & (gap == 0) & (queue.level + sum(valid) + 1 <= queue.depth)
+                                     & (~requant | self.acc_read_free))
+                with m.If((left == 0) & ~in_flight & ~queue.r_rdy & ~writer.busy):
+                    m.d.comb += [done.eq(1), error.eq(Mux(writer.error, ErrorCode.BUS_ERROR, 0))]
+                    m.next = "IDLE"
+
+        m.d.comb += [
+            seq.done.eq(done), seq.error.eq(error), seq.halt.eq(self.halt),
+            self.fault.eq(seq.fault), self.error.eq(Mux(seq.fault, error, 0)), self.index.eq(seq.index),
+            self.started.eq(seq.start),
+            self.busy.eq(seq.busy), self.blocked.eq(seq.blocked), self.retired.eq(seq.retired),
+            self.dma_busy.eq(seq.executing),
+            self.wait_pop_prev.eq(seq.wait_pop_prev), self.wait_push_prev.eq(seq.wait_push_prev),
+            self.bytes_out.eq(Mux(seq.retired & ~set_bias & (insn.x_size != 0) & (insn.y_size != 0),
+                                  count << shift, 0)),
+        ]
+        return m
+
+    def _requantizer(self, m, insn, issue, read_valid, bias):
+        """The element each SRAM read makes, plain or requantized; returns ``(element, valids, gap)``:
+        the valid bit of every stage (the last one's element enters the FIFO) and the cycles left
+        before a requantizing STORE may read its next entry."""
+        c = self.cfg
         # SRAM reads feed the FIFO through seven stages, one step each: read ·
         # registered · + bias · × mul (two halves) · sum · >> shift · clip.
         # The requantizing steps take `vector_width` lanes a cycle: an ACC
@@ -104,22 +188,10 @@ class StoreUnit(wiring.Component):
         # down a slice each cycle (the bias register turns with it), and the
         # clipped slices are gathered into the element; such a STORE reads an
         # entry every `vector_passes` cycles.
-        # Data registers (read only beside a valid bit or in the state that sets them) are not reset
-        # at the start of a run; the bias register is (a run starts with no bias).
-        addr = Signal(c.index_bits("out") + 1, reset_less=True)
-        left = Signal(32, reset_less=True)
-        issue = Signal()
-        read_valid = Signal()           # SRAM data arrives this cycle
-        m.d.comb += [self.out_read.addr.eq(addr), self.out_read.en.eq(1),
-                     self.acc_read.addr.eq(addr), self.acc_read.en.eq(1)]
-        m.d.sync += read_valid.eq(issue)
-        with m.If(issue):
-            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
         width, passes, w = c.vector_width, c.vector_passes, c.acc_width
         slice_bits = width * w
         plain = pipe(m, self.out_read.data, "plain_0", data=True)
         acc = Signal.like(self.acc_read.data, reset_less=True)             # the entry being requantized, slice 0 at the bottom
-        bias = Signal.like(self.acc_read.data)            # the bias register: zero after reset
         valid, last = [read_valid, Signal(name="stage_valid_1")], [None, Signal(name="stage_last_1", reset_less=True)]
         if passes > 1:
             part = Signal(range(passes), reset_less=True)
@@ -176,8 +248,6 @@ class StoreUnit(wiring.Component):
             quantized = Cat(gathered, quantized)
         element = pipe(m, Mux(insn.requant, quantized, plain), "element", data=True)
         valid.append(pipe(m, valid[-1] & last[-1], "stage_valid_6"))
-        m.d.comb += [queue.w_data.eq(element), queue.w_en.eq(valid[-1])]
-        in_flight = Cat(*valid).any()
         gap = Signal(range(max(passes, 2)))     # cycles until a requantizing STORE may read the next entry
         if passes > 1:
             with m.If(issue & insn.requant):
@@ -185,57 +255,5 @@ class StoreUnit(wiring.Component):
             with m.Elif(gap != 0):
                 m.d.sync += gap.eq(gap - 1)
 
-        done = Signal()
-        error = Signal(isa.ERROR_BITS)
-        with m.FSM():
-            with m.State("IDLE"):
-                with m.If(seq.start):
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.sync += addr.eq(insn.sram_base)
-                with m.If(insn.set_bias & (insn.sram_base >= c.acc_depth)):
-                    m.d.comb += [done.eq(1), error.eq(ErrorCode.SRAM_RANGE)]
-                    m.next = "IDLE"
-                with m.Elif(insn.set_bias):
-                    m.next = "BIAS_READ"
-                with m.Elif((insn.x_size == 0) | (insn.y_size == 0)):
-                    m.d.comb += done.eq(1)
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += check.start.eq(1)
-                    m.next = "RANGES"
-            with m.State("RANGES"):
-                m.d.sync += left.eq(count)
-                with m.If(check.done & (check.error != 0)):
-                    m.d.comb += [done.eq(1), error.eq(check.error)]
-                    m.next = "IDLE"
-                with m.Elif(check.done):
-                    m.d.comb += writer.cmd.valid.eq(1)
-                    m.next = "STREAM"
-            with m.State("BIAS_READ"):       # addr = sram_base: the entry arrives next cycle
-                with m.If(self.acc_read_free):
-                    m.next = "BIAS_LATCH"
-            with m.State("BIAS_LATCH"):
-                m.d.sync += bias.eq(self.acc_read.data)
-                m.d.comb += done.eq(1)
-                m.next = "IDLE"
-            with m.State("STREAM"):
-                # Room for the elements in the pipeline and the one issued now.
-                m.d.comb += issue.eq((left != 0) & (gap == 0) & (queue.level + sum(valid) + 1 <= queue.depth)
-                                     & (~insn.requant | self.acc_read_free))
-                with m.If((left == 0) & ~in_flight & ~queue.r_rdy & ~writer.busy):
-                    m.d.comb += [done.eq(1), error.eq(Mux(writer.error, ErrorCode.BUS_ERROR, 0))]
-                    m.next = "IDLE"
-
-        m.d.comb += [
-            seq.done.eq(done), seq.error.eq(error), seq.halt.eq(self.halt),
-            self.fault.eq(seq.fault), self.error.eq(Mux(seq.fault, error, 0)), self.index.eq(seq.index),
-            self.started.eq(seq.start),
-            self.busy.eq(seq.busy), self.blocked.eq(seq.blocked), self.retired.eq(seq.retired),
-            self.dma_busy.eq(seq.executing),
-            self.wait_pop_prev.eq(seq.wait_pop_prev), self.wait_push_prev.eq(seq.wait_push_prev),
-            self.bytes_out.eq(Mux(seq.retired & ~insn.set_bias & (insn.x_size != 0) & (insn.y_size != 0),
-                                  count << shift, 0)),
-        ]
-        return m
+        return element, valid, gap
 

@@ -24,13 +24,14 @@ from tilewright.isa import ErrorCode, MemType
 from .arbiter import ReadArbiter
 from .axi import AxiLiteSignature, AxiSignature, forward
 from .compute import ComputeUnit
+from .dma import ReaderShare, RowReader, attach_reader
 from .fetch import Fetch
 from .fifo import HeadRegisteredFIFO
 from .load import LoadUnit
 from .padded_load import LoadShare, PaddedLoad
 from .regs import ADDR_WIDTH, COUNTERS, STATUS_LAYOUT, RegisterFile, built_counters
 from .sequencer import CommandLayout
-from .sram import load_granularity, sram_shape
+from .sram import alu_granularity, load_granularity, sram_shape
 from .store import StoreUnit
 from .token_queue import TokenQueue
 
@@ -151,7 +152,7 @@ class Datapath(wiring.Component):
         wgt_write = wgt_mem.write_port(granularity=load_granularity(c, "wgt"))
         wiring.connect(m, compute.inp_read, inp_mem.read_port())
         wiring.connect(m, compute.wgt_read, wgt_mem.read_port())
-        wiring.connect(m, compute.out_write, out_mem.write_port())
+        wiring.connect(m, compute.out_write, out_mem.write_port(granularity=alu_granularity(c)))
         wiring.connect(m, store.out_read, out_mem.read_port())
         wiring.connect(m, store.acc_read, compute.acc_for_store)
         m.d.comb += store.acc_read_free.eq(compute.acc_for_store_free)
@@ -165,25 +166,40 @@ class Datapath(wiring.Component):
             wiring.connect(m, compute.dma, share.client_1)
             wiring.connect(m, share.loader, loader.request)
             loaders = {"load": loader, "compute": loader}
-            readers = {"load": loader.axi}
         else:
             loaders = {"load": PaddedLoad(c, (MemType.INP, MemType.WGT), addr_width=aw),
                        "compute": PaddedLoad(c, compute_types, addr_width=aw)}
             for name, unit in (("load", load), ("compute", compute)):
                 m.submodules[f"{name}_loader"] = loaders[name]
                 wiring.connect(m, unit.dma, loaders[name].request)
-            readers = {name: loader.axi for name, loader in loaders.items()}
         wiring.connect(m, loaders["load"].write_inp, inp_write)
         wiring.connect(m, loaders["load"].write_wgt, wgt_write)
         wiring.connect(m, loaders["compute"].write_uop, compute.uop_load)
         wiring.connect(m, loaders["compute"].write_acc, compute.acc_load)
 
         # -- AXI: the readers share AR/R, the store stream owns AW/W/B ----------------
+        # A RowReader for fetch and for each loader, or with `lean` one they all take turns on.
+        def row_reader(name):
+            m.submodules[f"{name}_reader"] = reader = RowReader(addr_width=aw, data_width=c.dram_bus_width,
+                                                                lean=c.lean)
+            return reader
+        if c.lean:
+            reader = row_reader("shared")
+            m.submodules.reader_share = reader_share = ReaderShare(count=2, addr_width=aw, data_width=c.dram_bus_width)
+            attach_reader(m, reader_share.reader, reader)
+            wiring.connect(m, fetch.read, reader_share.client_0)
+            wiring.connect(m, loader.read, reader_share.client_1)
+            readers = {"fetch": reader.axi}
+        else:
+            readers = {}
+            for name, unit in (("fetch", fetch), ("load", loaders["load"]), ("compute", loaders["compute"])):
+                reader = row_reader(name)
+                attach_reader(m, unit.read, reader)
+                readers[name] = reader.axi
         m.submodules.arbiter = arbiter = ReadArbiter(count=len(READ_CLIENTS), addr_width=aw,
                                                      data_width=c.dram_bus_width)
-        readers["fetch"] = fetch.axi
         for k, name in enumerate(READ_CLIENTS):
-            if name in readers:      # (with lean the compute stream's reader is the load stream's)
+            if name in readers:      # (with lean fetch's reader is everyone's)
                 wiring.connect(m, readers[name], arbiter.clients()[k])
         forward(m, arbiter.bus, self.axi)
         forward(m, store.axi, self.axi, skip={"awid", "bid"})

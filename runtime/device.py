@@ -11,7 +11,7 @@ import numpy as np
 
 from tilewright import isa
 from tilewright.config import load_config
-from tilewright.compiler.program import ALIGN
+from tilewright.compiler.program import segment_align
 
 __all__ = ["DeviceError", "Device", "FsimDevice", "RtlDevice", "get_device", "forget_device", "BACKENDS", "counter_stats"]
 
@@ -30,8 +30,9 @@ class Device:
 
     # -- memory --------------------------------------------------------------------------
 
-    def alloc(self, nbytes, align=ALIGN):
-        return self.dram.alloc(nbytes, align=align)
+    def alloc(self, nbytes, align=None):
+        """Device memory for ``nbytes``, aligned as the config's program images are (or to ``align``)."""
+        return self.dram.alloc(nbytes, align=align or segment_align(self.cfg))
 
     def free(self, addr):
         self.dram.free(addr)

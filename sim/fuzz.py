@@ -135,7 +135,7 @@ class _Generator:
         dram = area + self.rng.randint(0, max(0, elems - ((y - 1) * stride + x)))
         requant, insns = {}, []
         r = self.rng
-        if r.random() < 0.4:     # requantize accumulators on the way out
+        if self.cfg.requant_store and r.random() < 0.4:     # requantize accumulators on the way out
             mul = r.choice([1, r.randint(-9, 9), self.field_value(Store, "mul")])
             requant = dict(requant=True, relu=r.random() < 0.5, shift=self.field_value(Store, "shift"), mul=mul,
                            bias=r.random() < 0.6)

@@ -10,6 +10,7 @@ Presets (ARCHITECTURE.md §2):
 =========  ========  ==============================================
 preset     GEMM      use
 =========  ========  ==============================================
+pico       1×1×1     the smallest that runs compiled models: Gowin GW1NR-9
 tiny       1×4×4     fast unit tests, iCE40-class parts
 small      1×8×8     CI RTL regressions, ECP5-85F
 compact    1×8×8     ECP5-45F: half small's accumulators, 40 products in logic
@@ -100,6 +101,13 @@ class HwConfig:
         own; the LOAD/STORE range checks multiply one bit per cycle; DMA
         transfers use bursts of at most 16 beats, split by simpler logic.
         Programs run the same, in more cycles.
+    requant_store : bool
+        Build the requantizing STORE (:class:`tilewright.isa.Store`'s
+        ``requant``, ``set_bias`` and their fields). Without it those fields
+        do not exist on this config (their bits are reserved: setting one is
+        ``RESERVED_BITS``), and the compiler requantizes with ALU
+        instructions before a plain STORE: the same outputs, in fewer DSP
+        blocks and less logic, and the ALU busier.
     perf_counters : bool
         Build the performance counters (:data:`tilewright.hw.regs.COUNTERS`).
         Without them only ``cycles`` counts, the other counter registers read
@@ -125,6 +133,7 @@ class HwConfig:
     soft_products: int = _option(0)
     vector_lanes: int = _option(0)
     perf_counters: bool = _option(True)
+    requant_store: bool = _option(True)
     lean: bool = _option(False)
     name: str = dataclasses.field(default="custom", compare=False)
 
@@ -291,6 +300,14 @@ class HwConfig:
 
 
 PRESETS = {
+    # One product a cycle in the least logic: one ALU lane, no performance counters, the lean DMA and range
+    # checks, no requantizing STORE (the ALU requantizes), shallow queues and small buffers. It fits the
+    # Tang Nano 9K's GW1NR-9 with room to place and route, and runs the compiled models.
+    "pico": HwConfig(
+        name="pico", batch=1, block_in=1, block_out=1,
+        uop_buffer_bytes=512, inp_buffer_bytes=1024, wgt_buffer_bytes=2048, acc_buffer_bytes=1024,
+        token_queue_depth=4, cmd_queue_depth=2, dram_bus_width=32,
+        vector_lanes=1, perf_counters=False, lean=True, requant_store=False),
     "tiny": HwConfig(
         name="tiny", batch=1, block_in=4, block_out=4,
         uop_buffer_bytes=2048, inp_buffer_bytes=1024, wgt_buffer_bytes=2048, acc_buffer_bytes=4096,

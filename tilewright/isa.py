@@ -122,8 +122,14 @@ def _field(width, doc, *, signed=False, default=0):
     return dataclasses.field(default=default, metadata={"width": width, "doc": doc, "signed": signed})
 
 
-def _flag(doc):
-    return _field(1, doc, default=False)
+def _flag(doc, width=1):
+    return _field(width, doc, default=False)
+
+
+def _requant(width):
+    """The width of a requantizing STORE's field: ``width`` bits on a config that builds the requantizer
+    (``requant_store``), none on one that does not (the field then always holds its default)."""
+    return lambda cfg: width if cfg.requant_store else 0
 
 
 # Fixed ISA widths (the rest follow buffer depths).
@@ -252,18 +258,19 @@ class Store(_Mem):
     bias register with the ``bias`` flag, else 0): the requantizing epilogue
     on the store path, concurrent with compute. With ``set_bias`` it moves
     nothing and loads the bias register from ``acc[sram_base]`` instead
-    (the register is zero at the start of a run).
+    (the register is zero at the start of a run). A config without
+    ``requant_store`` has none of these fields: their bits are reserved.
     """
     OPCODE: ClassVar[Opcode] = Opcode.STORE
     MNEMONIC: ClassVar[str] = "store"
     memory_type: MemType = _field(3, "memory moved (only OUT)", default=MemType.OUT)
-    requant: bool = _flag("read ACC and requantize on the way out")
-    relu: bool = _flag("requantize: clip below at 0 instead of the output minimum")
-    shift: int = _field(SHIFT_BITS, "requantize: arithmetic right shift after the multiply")
-    mul: int = _field(IMM_BITS, "requantize: multiplier (the low acc_width bits of acc · mul are kept)",
+    requant: bool = _flag("read ACC and requantize on the way out", _requant(1))
+    relu: bool = _flag("requantize: clip below at 0 instead of the output minimum", _requant(1))
+    shift: int = _field(_requant(SHIFT_BITS), "requantize: arithmetic right shift after the multiply")
+    mul: int = _field(_requant(IMM_BITS), "requantize: multiplier (the low acc_width bits of acc · mul are kept)",
                       signed=True, default=1)
-    bias: bool = _flag("requantize: add the bias register to the accumulators first")
-    set_bias: bool = _flag("load the bias register from acc[sram_base]; nothing is stored")
+    bias: bool = _flag("requantize: add the bias register to the accumulators first", _requant(1))
+    set_bias: bool = _flag("load the bias register from acc[sram_base]; nothing is stored", _requant(1))
 
     @property
     def moves_nothing(self):
@@ -362,17 +369,25 @@ class FieldLayout:
 
 
 class Format:
-    """The bit layout of one instruction type (or the micro-op) under one config."""
+    """The bit layout of one instruction type (or the micro-op) under one config.
+
+    A field of no bits under the config (an option it does not build) is not in ``fields``: its value
+    is always its default (``absent``), and any other value cannot be encoded.
+    """
 
     def __init__(self, cls, cfg, *, total_bits):
         self.cls, self.cfg, self.total_bits = cls, cfg, total_bits
         self.name = cls.OPCODE.name if issubclass(cls, Instruction) else "UOP"
         decls = [("opcode", OPCODE_BITS, False, "instruction opcode (Opcode)", int)] \
             if issubclass(cls, Instruction) else []
+        self.absent = {}        # name -> default
         for f in dataclasses.fields(cls):
             width = f.metadata["width"]
-            decls.append((f.name, width(cfg) if callable(width) else width,
-                          f.metadata["signed"], f.metadata["doc"], f.type))
+            width = width(cfg) if callable(width) else width
+            if width:
+                decls.append((f.name, width, f.metadata["signed"], f.metadata["doc"], f.type))
+            else:
+                self.absent[f.name] = f.default
         self.fields, offset, self._plan = [], 0, []
         for name, width, signed, doc, kind in decls:
             self.fields.append(FieldLayout(name, offset, width, signed, doc))
@@ -396,6 +411,10 @@ class Format:
             if not f.min <= value <= f.max:
                 raise IsaError(f"{self.name} field {f.name}={value} out of range "
                                f"[{f.min}, {f.max}] ({f.width} bits, config {self.cfg.name!r})")
+        for name, default in self.absent.items():
+            if getattr(obj, name) != default:
+                raise IsaError(f"{self.name} field {name}={getattr(obj, name)!r} does not exist on config "
+                               f"{self.cfg.name!r} (it keeps its default, {default!r})")
 
     def pack(self, obj):
         self.check(obj)
@@ -411,7 +430,7 @@ class Format:
         Enum fields outside their enum stay plain ints, so an illegal memory
         type or ALU op reaches :func:`fetch_error` as hardware would see it.
         """
-        values = {}
+        values = dict(self.absent)
         for name, offset, mask, wrap, kind in self._plan:
             value = (word >> offset) & mask
             if wrap and value >= wrap >> 1:

@@ -136,8 +136,11 @@ def fuse_requant(func, cfg):
     the store stream does that work concurrently with compute. A vector ADD
     before them whose operand is one element per store (a bias broadcast
     over the tile) moves into the store too (ADDs commute, so it may sit
-    before other vector ADDs, such as a residual).
+    before other vector ADDs, such as a residual). A config without the
+    requantizing STORE (``requant_store``) keeps the ALU operations.
     """
+    if not cfg.requant_store:
+        return func
     lo, hi = out_range(cfg.out_width)
 
     def fuse(seq):

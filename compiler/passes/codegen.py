@@ -29,7 +29,7 @@ from tilewright.isa import Alu, Gemm, Load, MemType, Store, Stream
 
 from .. import ir
 from ..expr import evaluate
-from ..program import ALIGN, Program, Segment
+from ..program import Program, Segment, segment_align
 from ..schedule import ScheduleError
 
 __all__ = ["CodegenError", "codegen"]
@@ -185,8 +185,13 @@ class _Emitter:
             nbytes = int(np.prod(b.shape)) * int(b.dtype[3:]) // 8
             role = "output" if b in self.func.outputs else "input"
             self.segments[b.name] = Segment(b.name, offset, nbytes, role, tuple(b.shape), b.dtype)
-            offset += -(-nbytes // ALIGN) * ALIGN
+            offset += self.aligned(nbytes)
         return offset
+
+    def aligned(self, nbytes):
+        """``nbytes`` rounded up to the config's segment alignment."""
+        align = segment_align(self.cfg)
+        return -(-nbytes // align) * align
 
     # -- 2, 3. micro-ops, tokens, instructions -------------------------------------------------
 
@@ -202,12 +207,12 @@ class _Emitter:
             words += [uop_fmt.pack(isa.Uop(dst=d, src=s, wgt=w)) for d, s, w in k]
         uop_bytes = cfg.elem_bytes("uop")
         uop_seg = Segment("uops", offset, max(1, len(words)) * uop_bytes, "uop")
-        offset += -(-uop_seg.nbytes // ALIGN) * ALIGN
+        offset += self.aligned(uop_seg.nbytes)
         self.segments["uops"] = uop_seg
         for mem, count in self.zero_elems.items():
             nbytes = count * cfg.elem_bytes(mem.dram_elem)
             self.segments[f"zero_{mem.name.lower()}"] = Segment(f"zero_{mem.name.lower()}", offset, nbytes, "zero")
-            offset += -(-nbytes // ALIGN) * ALIGN
+            offset += self.aligned(nbytes)
         for k in kernels:
             if len(k) > cfg.uop_depth:
                 raise CodegenError(f"a micro-op kernel of {len(k)} exceeds the uop buffer ({cfg.uop_depth})")

@@ -1,13 +1,15 @@
 """Real bitstreams in every test run: the link-test SoC (UART, host bridge, on-chip memory; no
-accelerator, which takes 35 minutes or more to place and route) built for one board of each family
-with the YoWASP tools, through the same flow as ``tilewright fpga build``. The bitstreams are checked
-against the device families' documented formats, not against our own code."""
+accelerator, which takes 35 minutes or more to place and route on the ECP5) built for one board of each
+family, and the whole SoC at the smallest board preset (the Tang Nano 9K's ``pico``, a few minutes), with
+the YoWASP tools, through the same flow as ``tilewright fpga build``. The bitstreams are checked against
+the device families' documented formats, not against our own code."""
 
 import json
 
 import pytest
 
 from tilewright.cli import main
+from tilewright.config import load_config
 from tilewright.fpga.boards import get_board
 from tilewright.fpga.build import REPORT_NAME
 
@@ -32,6 +34,10 @@ def test_link_test_bitstream(board_name, tmp_path, capsys):
     assert 0 < used["LUT"]["used"] <= used["LUT"]["available"] == board.resources["LUT"]
     assert report["critical_path"]["ns"] > 0
 
+    _check_bitstream(board, out, report)
+
+
+def _check_bitstream(board, out, report):
     name, sync = FORMATS[board.family]
     bitstream = (out / name).read_bytes()
     assert report["bitstream"] == str(out / name)
@@ -40,6 +46,23 @@ def test_link_test_bitstream(board_name, tmp_path, capsys):
     else:
         lines = bitstream.decode("ascii").split()
         assert len(lines) > 100 and all(set(line) <= {"0", "1"} for line in lines if not line.startswith("//"))
+
+
+def test_the_smallest_board_preset_builds_and_meets_timing(tmp_path, capsys):
+    """The accelerator itself: the Tang Nano 9K at its preset (``pico``, which runs the compiled models) is
+    synthesised, fitted, placed and routed at the board clock, with its DSPs and block RAM in use."""
+    board = get_board("tangnano9k")
+    out = tmp_path / "pico"
+    assert main(["fpga", "build", "--board", "tangnano9k", "-o", str(out)]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("tangnano9k pico: Fmax") and "(met)" in summary
+    report = json.loads((out / REPORT_NAME).read_text())
+    assert report["ok"] and report["timing_met"] and report["config"] == board.config
+    assert report["fingerprint"] == load_config(board.config).fingerprint
+    assert all(v["achieved_mhz"] >= v["constraint_mhz"] >= board.freq_mhz - 0.5 for v in report["fmax"].values())
+    used = report["synthesis"]
+    assert all(0 < used[kind]["used"] <= used[kind]["available"] for kind in ("LUT", "FF", "DSP", "BRAM"))
+    _check_bitstream(board, out, report)
 
 
 def test_several_seeds_share_one_synthesis_and_report_their_spread(tmp_path, monkeypatch, capsys):

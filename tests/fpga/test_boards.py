@@ -170,7 +170,7 @@ def test_a_seed_that_fails_leaves_the_others_reported(tmp_path, monkeypatch, cap
     captured = capsys.readouterr()
     assert "seed 2: nextpnr failed" in captured.out and "ERROR: no route for net x" in captured.out
     assert captured.err.count("\n") == 1 and "1 of 2 seeds failed" in captured.err
-    folder = tmp_path / "build/fpga/tangnano9k-tiny-27MHz-seed{}"
+    folder = tmp_path / "build/fpga/tangnano9k-pico-27MHz-seed{}"
     ok, failed = (json.loads((Path(str(folder).format(seed)) / "report.json").read_text()) for seed in (1, 2))
     assert ok["ok"] and ok["timing_met"] and Path(ok["bitstream"]).is_file()
     assert not failed["ok"] and "no route for net x" in failed["error"]

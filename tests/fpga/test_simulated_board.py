@@ -13,6 +13,7 @@ import tilewright
 from tilewright import PRESETS
 from tilewright.cli import main
 from tilewright.fpga import protocol
+from tilewright.fpga.boards import get_board
 from tilewright.fpga.device import FpgaDevice
 from tilewright.fpga.link import Link, LinkError
 from tilewright.fpga.simulated import SimulatedBoard
@@ -98,19 +99,33 @@ def test_conv2d_and_dense_equal_fsim(board):
     np.testing.assert_array_equal(got, expected)
 
 
-def test_digits_model_equals_fsim_with_counters_over_the_link(board):
+def _digits_over_the_link(cfg, port):
+    """The digits CNN compiled for ``cfg`` and run on one test image over ``port``: equal to fsim, with the
+    accelerator's cycle counts read over the link."""
     from tilewright.compiler.graph import load_onnx
     from tilewright.examples.digits.demo import MODEL_PATH, load_split
     from tilewright.runtime.model import compile_model
     x_train, _, x_test, _ = load_split()
-    model = compile_model(load_onnx(MODEL_PATH), TINY, calibration=x_train[:50], log=lambda *a: None)
+    model = compile_model(load_onnx(MODEL_PATH), cfg, calibration=x_train[:50], log=lambda *a: None)
     image = x_test[:1]
     expected = model.run(image, backend="fsim")
-    got, rows = model.run(image, backend="fpga", port=board.port, profile=True)
+    got, rows = model.run(image, backend="fpga", port=port, profile=True)
     for name in expected:
         np.testing.assert_array_equal(got[name], expected[name])
     accelerated = [r for r in rows if r["where"] == "accelerator"]
     assert accelerated and all(r["cycles"] > 0 for r in accelerated)
+
+
+def test_digits_model_equals_fsim_with_counters_over_the_link(board):
+    _digits_over_the_link(TINY, board.port)
+
+
+def test_the_tang_nano_preset_runs_the_digits_model_in_its_own_memory():
+    """The Tang Nano 9K as built: its preset (1×1×1, no requantizing STORE) and its 32 KiB of memory."""
+    tang_nano = get_board("tangnano9k")
+    cfg = PRESETS[tang_nano.config]
+    with SimulatedBoard(cfg, mem_bytes=tang_nano.mem_bytes, clock_hz=tang_nano.freq_mhz * 1_000_000) as b:
+        _digits_over_the_link(cfg, b.port)
 
 
 def test_another_configs_program_is_refused(board):

@@ -15,10 +15,12 @@ import dataclasses
 import random
 
 import pytest
+from amaranth import Module
 from amaranth.sim import Simulator
 
 from tilewright import PRESETS, isa
 from tilewright.hw.axi import BOUNDARY_BYTES, BURST_INCR
+from tilewright.hw.dma import RowReader, attach_reader
 from tilewright.hw.fetch import Fetch
 from tilewright.isa import Alu, AluOp, Finish, Gemm, Load, MemType, Store, Stream
 
@@ -133,7 +135,11 @@ def run_fetch(words, *, base=0x200, ready=None, halt=None, seed=0, cfg=TINY, aft
     ready = {s: (ready or {}).get(s, lambda cycle, rng: rng.random() < 0.7) for s in Stream}
     halt = halt or (lambda cycle: False)
     dut = Fetch(cfg, addr_width=addr_width)
-    axi = dut.axi
+    reader = RowReader(addr_width=addr_width, data_width=cfg.dram_bus_width, lean=cfg.lean)
+    top = Module()
+    top.submodules.fetch, top.submodules.reader = dut, reader
+    attach_reader(top, dut.read, reader)
+    axi = reader.axi
     queues = {s: getattr(dut, STREAMS[s]) for s in Stream}
     out = Outcome({s: [] for s in Stream}, [], [], None, 0, 0, [], [])
 
@@ -212,7 +218,7 @@ def run_fetch(words, *, base=0x200, ready=None, halt=None, seed=0, cfg=TINY, aft
             await ctx.tick()
         raise AssertionError(f"fetch neither finished nor faulted in {max_cycles} cycles")
 
-    sim = Simulator(dut)
+    sim = Simulator(top)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()

@@ -16,7 +16,7 @@ from tilewright.sim.rtl import Job, run_programs
 from ..words import ILLEGAL_OPCODES, opcode_only, with_reserved_bit
 
 DRAM_BYTES = 1 << 16
-RANDOM_PROGRAMS = {"tiny": 120, "small": 100, "compact": 30, "medium": 30}
+RANDOM_PROGRAMS = {"pico": 40, "tiny": 120, "small": 100, "compact": 30, "medium": 30}
 
 
 @pytest.mark.parametrize("config", list(RANDOM_PROGRAMS))
@@ -25,9 +25,11 @@ def test_random_programs_match_fsim(config):
     programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(RANDOM_PROGRAMS[config])]
     results = run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
     assert all(r.done and r.error == 0 for r in results)
-    # The programs really exercise the machine: several micro-ops of each kind per program on average.
-    assert sum(r.counters["gemm_uops"] for r in results) > 8 * len(programs)
-    assert sum(r.counters["alu_uops"] for r in results) > 8 * len(programs)
+    # The programs really exercise the machine: several micro-ops of each kind per program on average
+    # (counted by fsim with every counter: a board preset builds only the cycle counter).
+    counted = fsim_outcomes(cfg.replace(perf_counters=True), programs, dram_bytes=DRAM_BYTES)
+    assert sum(o.counters["gemm_uops"] for o in counted) > 8 * len(programs)
+    assert sum(o.counters["alu_uops"] for o in counted) > 8 * len(programs)
     assert {p.threads for p in programs} == {1, 2, 3}
 
 
@@ -58,6 +60,19 @@ def test_random_programs_lean():
     results = run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
     assert all(r.done and r.error == 0 for r in results)
     assert sum(r.counters["read_acc"] + r.counters["read_uop"] for r in results) > 0
+
+
+def test_random_programs_without_the_requantizing_store():
+    """``requant_store = false`` with ``lean``: no requantizer, and fetch sharing the loads' reader; a STORE
+    with a requantizing bit set stops both tiers with RESERVED_BITS."""
+    cfg = PRESETS["tiny"].replace(name="tiny_plain_store", lean=True, vector_lanes=1, requant_store=False)
+    programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(40)]
+    requantizing = isa.encode(Store(requant=True, x_size=1, y_size=1), PRESETS["tiny"]) + isa.encode(Finish(), cfg)
+    programs.append(program_image(cfg, requantizing, dram_bytes=DRAM_BYTES, seed=40))
+    results = run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
+    assert all(r.done and r.error == 0 for r in results[:-1])
+    assert results[-1].error == ErrorCode.RESERVED_BITS
+    assert sum(r.counters["write_out"] for r in results) > 0
 
 
 @pytest.mark.parametrize("cfg", [
@@ -133,21 +148,25 @@ def test_a_store_into_the_running_program_stops_the_rtl_as_in_fsim():
     run_differential(TINY, programs + [random_program(TINY, 10, dram_bytes=DRAM_BYTES)], dram_bytes=DRAM_BYTES)
 
 
-def test_every_error_code_stops_the_rtl_as_in_fsim():
-    programs = [program_image(TINY, p, dram_bytes=DRAM_BYTES, seed=int(code)) for code, p in ERROR_PROGRAMS.items()]
-    programs.append(program_image(TINY, [Gemm()], dram_bytes=DRAM_BYTES, seed=99))        # no FINISH
-    programs.append(program_image(TINY, [Finish(), Gemm()], dram_bytes=DRAM_BYTES, seed=98))
+# (the same buffers as TINY: the programs above are legal on both; the second shares one reader among fetch
+# and the loads, whose errors must reach the unit that asked)
+@pytest.mark.parametrize("cfg", [TINY, TINY.replace(name="tiny_lean_plain", lean=True, requant_store=False)],
+                         ids=lambda c: c.name)
+def test_every_error_code_stops_the_rtl_as_in_fsim(cfg):
+    programs = [program_image(cfg, p, dram_bytes=DRAM_BYTES, seed=int(code)) for code, p in ERROR_PROGRAMS.items()]
+    programs.append(program_image(cfg, [Gemm()], dram_bytes=DRAM_BYTES, seed=99))        # no FINISH
+    programs.append(program_image(cfg, [Finish(), Gemm()], dram_bytes=DRAM_BYTES, seed=98))
     expected = [int(code) for code in ERROR_PROGRAMS] + [ErrorCode.PROTOCOL, ErrorCode.PROTOCOL]
-    assert [o.error for o in fsim_outcomes(TINY, programs, dram_bytes=DRAM_BYTES)] == expected
+    assert [o.error for o in fsim_outcomes(cfg, programs, dram_bytes=DRAM_BYTES)] == expected
     jobs = [Job(dram=p.dram, insn_addr=p.insn_addr, insn_count=p.insn_count, max_cycles=20_000) for p in programs]
     # A program that does not start on a 16-byte boundary.
-    misaligned = program_image(TINY, [Finish()], dram_bytes=DRAM_BYTES)
+    misaligned = program_image(cfg, [Finish()], dram_bytes=DRAM_BYTES)
     jobs.append(Job(dram=misaligned.dram, insn_addr=misaligned.insn_addr + 8, insn_count=1, max_cycles=20_000))
     expected.append(ErrorCode.BUS_ERROR)
-    results = run_programs(TINY, jobs, dram_bytes=DRAM_BYTES)
+    results = run_programs(cfg, jobs, dram_bytes=DRAM_BYTES)
     assert not any(r.timed_out for r in results)
     assert [r.error for r in results] == expected
     assert all(r.done and not Status.decode(r.status).busy for r in results)
     # After every error the next run starts clean: a valid program still works.
-    ok = random_program(TINY, 7, dram_bytes=DRAM_BYTES)
-    run_differential(TINY, programs[-1:] + [ok], dram_bytes=DRAM_BYTES)
+    ok = random_program(cfg, 7, dram_bytes=DRAM_BYTES)
+    run_differential(cfg, programs[-1:] + [ok], dram_bytes=DRAM_BYTES)
