@@ -348,14 +348,20 @@ class ComputeCore(wiring.Component):
         x_dst = Signal(acc_bits, reset_less=True)
         x_slice = Signal(range(max(passes, 2)), reset_less=True)      # (one bit, unused, with a single pass)
         x_last = x_slice == passes - 1 if passes > 1 else C(1)
+        # With `serial_mul` a MUL spends acc_width cycles on each slice, adding a partial product a cycle.
+        x_step = Signal(range(c.acc_width), reset_less=True)
+        x_done = ~(alu_op == AluOp.MUL) | (x_step == c.acc_width - 1) if c.serial_mul else C(1)   # the slice's last cycle
+        x_final = x_last & x_done                           # the micro-op's last cycle in S3
         with m.If(s2_ok & ~is_gemm & ~stall):
-            m.d.sync += [x_valid.eq(1), x_dst.eq(s2_dst[:acc_bits]), x_slice.eq(0)]
+            m.d.sync += [x_valid.eq(1), x_dst.eq(s2_dst[:acc_bits]), x_slice.eq(0), x_step.eq(0)]
+        with m.Elif(x_valid & ~x_done):
+            m.d.sync += x_step.eq(x_step + 1)
         with m.Elif(x_valid & ~x_last):
-            m.d.sync += x_slice.eq(x_slice + 1)
+            m.d.sync += [x_slice.eq(x_slice + 1), x_step.eq(0)]
         with m.Else():
             m.d.sync += x_valid.eq(0)
-        w_valid = pipe(m, x_valid, "w_valid")               # S4 writes a slice (or the row)
-        w_last = pipe(m, x_valid & x_last, "w_last")        # ... completing the micro-op
+        w_valid = pipe(m, x_valid & x_done, "w_valid")      # S4 writes a slice (or the row)
+        w_last = pipe(m, x_valid & x_final, "w_last")       # ... completing the micro-op
         w_dst = pipe(m, x_dst, "w_dst", data=True)
         w_slice = pipe(m, x_slice, "w_slice", data=True)
         if passes == 1:
@@ -364,7 +370,8 @@ class ComputeCore(wiring.Component):
             operands = tuple([op.as_value().word_select(x_slice, width * c.acc_width).word_select(k, c.acc_width)
                               .as_signed() for k in range(width)] for op in (a_op, b_op))
             operands = operands[0], [Mux(use_imm, imm, b) for b in operands[1]]
-        alu_lanes = [_AluLane(m, alu_op, a, b, c.acc_width, lane) for lane, (a, b) in enumerate(zip(*operands))]
+        alu_lanes = [_AluLane(m, alu_op, a, b, c.acc_width, lane, serial_from=(x_step == 0) if c.serial_mul else None)
+                     for lane, (a, b) in enumerate(zip(*operands))]
         w_result = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
         for op, name, port, row, next_row in ((a_op, "a", self.acc_read_a, s2_dst, dst),
                                               (b_op, "b", self.acc_read_b, s2_src, src)):
@@ -372,7 +379,7 @@ class ComputeCore(wiring.Component):
                 # Whether S4 writes the row of the micro-op in S2, compared a cycle ahead (against the row
                 # S2 will hold) and registered: the select fans out to every operand bit.
                 forward = Signal(name=f"{name}_forward")
-                m.d.sync += forward.eq(x_valid & (x_dst == Mux(stall, row, next_row)[:acc_bits]))
+                m.d.sync += forward.eq(x_valid & x_done & (x_dst == Mux(stall, row, next_row)[:acc_bits]))
                 if op is b_op:
                     with m.If(use_imm):
                         m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
@@ -381,15 +388,15 @@ class ComputeCore(wiring.Component):
                 with m.Else():
                     m.d.sync += op.eq(port.data)
             else:
-                with m.If(~x_valid | x_last):
+                with m.If(~x_valid | x_final):
                     m.d.sync += op.eq(port.data)
         if passes == 1:
-            m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & s2_hazard)
+            m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_final | s2_hazard))
         else:
             def writes(valid, dst):     # an ALU micro-op yet to write `dst` reads a row of the one in S2
                 row = dst == s2_dst[:acc_bits]
                 return valid & (row | (~use_imm & (dst == s2_src[:acc_bits])))
-            m.d.comb += stall.eq(s2_valid & ~is_gemm & ((x_valid & ~x_last) | writes(x_valid, x_dst)
+            m.d.comb += stall.eq(s2_valid & ~is_gemm & ((x_valid & ~x_final) | writes(x_valid, x_dst)
                                                         | writes(w_valid, w_dst)))
 
         with m.If(is_gemm):
@@ -433,11 +440,13 @@ class _AluLane:
     ``a`` and ``b`` are registered operands (S3); ``result`` is the result
     the cycle after (S4). MIN, MAX and ADD are computed in S3 and
     registered. MUL keeps the low ``width`` bits of the product, built from
-    three half-width products registered in S3 and summed in S4; SHR clamps
+    three half-width products registered in S3 and summed in S4, or (given
+    ``serial_from``, high in the first of ``width`` cycles S3 holds the
+    operands) by adding one partial product a cycle in one adder; SHR clamps
     its shift amount in S3 and shifts in S4.
     """
 
-    def __init__(self, m, op, a, b, width, lane):
+    def __init__(self, m, op, a, b, width, lane, *, serial_from=None):
         shift_bits = (width - 1).bit_length()
         right = Signal(shift_bits, name=f"alu_shr_{lane}")
         left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")
@@ -463,13 +472,31 @@ class _AluLane:
         shift_a, shift_left = pipe(m, a, f"alu_shift_a_{lane}", data=True), pipe(m, sign, f"alu_shift_left_{lane}", data=True)
         right_q, left_q = pipe(m, right, f"alu_shr_q_{lane}", data=True), pipe(m, left, f"alu_shl_q_{lane}", data=True)
         shifted = Mux(shift_left, (shift_a << left_q)[:width], shift_a >> right_q)
-        # a·b mod 2**width = lo(a)·lo(b) + (lo(a)·hi(b) + hi(a)·lo(b))·2**half (mod 2**width)
-        half = width // 2
         a_bits, b_bits = a.as_unsigned(), b.as_unsigned()
-        # (reset, as the GEMM products are: see there)
-        low_product = Signal(2 * half, name=f"alu_mul_ll_{lane}")
-        cross = [Signal(width - half, name=f"alu_mul_{n}_{lane}") for n in ("lh", "hl")]
-        m.d.sync += [low_product.eq(a_bits[:half] * b_bits[:half]), cross[0].eq(a_bits[:half] * b_bits[half:]),
-                     cross[1].eq(a_bits[half:] * b_bits[:half])]
-        product = (low_product + ((cross[0] + cross[1]) << half))[:width]
+        if serial_from is not None:
+            product = self._serial_product(m, a_bits, b_bits, serial_from, lane)
+        else:
+            # a·b mod 2**width = lo(a)·lo(b) + (lo(a)·hi(b) + hi(a)·lo(b))·2**half (mod 2**width)
+            half = width // 2
+            # (reset, as the GEMM products are: see there)
+            low_product = Signal(2 * half, name=f"alu_mul_ll_{lane}")
+            cross = [Signal(width - half, name=f"alu_mul_{n}_{lane}") for n in ("lh", "hl")]
+            m.d.sync += [low_product.eq(a_bits[:half] * b_bits[:half]), cross[0].eq(a_bits[:half] * b_bits[half:]),
+                         cross[1].eq(a_bits[half:] * b_bits[:half])]
+            product = (low_product + ((cross[0] + cross[1]) << half))[:width]
         self.result = Mux(op == AluOp.MUL, product, Mux(op == AluOp.SHR, shifted, other))
+
+    @staticmethod
+    def _serial_product(m, a, b, first, lane):
+        """``a·b`` mod ``2**len(a)`` after ``len(a)`` cycles from the one ``first`` marks: bit ``k`` of ``b``
+        adds ``a·2**k`` in cycle ``k`` (two's complement: the low bits of a product are those of the
+        unsigned one)."""
+        width = len(a)
+        total = Signal(width, name=f"alu_mul_total_{lane}", reset_less=True)
+        addend = Signal(width, name=f"alu_mul_addend_{lane}", reset_less=True)      # a·2**k
+        bits = Signal(width, name=f"alu_mul_bits_{lane}", reset_less=True)          # b >> k
+        with m.If(first):
+            m.d.sync += [total.eq(Mux(b[0], a, 0)), addend.eq(a << 1), bits.eq(b >> 1)]
+        with m.Else():
+            m.d.sync += [total.eq(total + Mux(bits[0], addend, 0)), addend.eq(addend << 1), bits.eq(bits >> 1)]
+        return total

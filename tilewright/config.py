@@ -101,6 +101,11 @@ class HwConfig:
         own; the LOAD/STORE range checks multiply one bit per cycle; DMA
         transfers use bursts of at most 16 beats, split by simpler logic.
         Programs run the same, in more cycles.
+    serial_mul : bool
+        The ALU's MUL adds one partial product a cycle (``acc_width`` cycles
+        per slice of lanes) in an adder instead of multiplying in DSP blocks:
+        for parts whose DSPs the GEMM takes (the iCE40UP5K's 8). The results
+        are the same.
     requant_store : bool
         Build the requantizing STORE (:class:`tilewright.isa.Store`'s
         ``requant``, ``set_bias`` and their fields). Without it those fields
@@ -134,6 +139,7 @@ class HwConfig:
     vector_lanes: int = _option(0)
     perf_counters: bool = _option(True)
     requant_store: bool = _option(True)
+    serial_mul: bool = _option(False)
     lean: bool = _option(False)
     name: str = dataclasses.field(default="custom", compare=False)
 

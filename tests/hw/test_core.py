@@ -43,6 +43,9 @@ SOFT16 = TINY.replace(name="tiny_soft16", inp_width=16, wgt_width=16, out_width=
 # ALUs narrower than the accumulator row: one lane (4 passes per micro-op), and 2 of batch 2's 8 lanes
 VEC1 = TINY.replace(name="tiny_v1", vector_lanes=1)
 VEC2 = BATCH2.replace(name="tiny_b2_v2", vector_lanes=2)
+# MUL one partial product a cycle: with every lane, and with one lane (passes and steps nested)
+SERIAL = TINY.replace(name="tiny_serial_mul", serial_mul=True)
+SERIAL1 = VEC1.replace(name="tiny_v1_serial_mul", serial_mul=True)
 
 MEMS = ("uop", "inp", "wgt", "acc", "out")
 DRAM_BYTES = 1 << 16
@@ -169,7 +172,8 @@ def run_core(cfg, contents, insns):
             await ctx.tick()
             ctx.set(core.start, 0)
             cycles, retired = 1, 0
-            limit = insn.uop_count * (1 if is_gemm else cfg.vector_passes + 1) + 64
+            steps = cfg.acc_width if cfg.serial_mul else 1       # (cycles per slice of a MUL at most)
+            limit = insn.uop_count * (1 if is_gemm else cfg.vector_passes * steps + 2) + 64
             while True:
                 assert ctx.get(busy) and not ctx.get(other), f"busy outputs wrong in cycle {cycles}"
                 assert not ctx.get(other_retire)
@@ -441,7 +445,7 @@ def test_alu_op(op, use_imm):
         check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2, SERIAL, SERIAL1], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_other_lane_layouts(cfg, op):
     """ALU ops on a 16-bit accumulator (shift limits, wrap), on batch 2, and with ALUs narrower than the
@@ -453,7 +457,7 @@ def test_alu_other_lane_layouts(cfg, op):
         check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, SERIAL1], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_chain(op, cfg):
     """Micro-op k+1 reads, as its source, the row micro-op k writes (a running prefix).
@@ -472,7 +476,7 @@ def test_alu_chain(op, cfg):
 COMPOUNDING_IMM = {AluOp.ADD: 12345, AluOp.SHR: 1, AluOp.MUL: -3}
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, SERIAL], ids=lambda c: c.name)
 @pytest.mark.parametrize("use_imm", [True, False], ids=["imm", "vector"])
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_repeated_destination(op, use_imm, cfg):
@@ -488,6 +492,19 @@ def test_alu_repeated_destination(op, use_imm, cfg):
         insn = Alu(uop_bgn=40, uop_end=48, iter_out=2, iter_in=2, alu_op=op, use_imm=use_imm,
                    imm=COMPOUNDING_IMM.get(op, random_imm(rng, op)), src_factor_in=1)
         check_against_fsim(insn, with_uops(random_contents(rng, cfg), 40, uops), cfg)
+
+
+@pytest.mark.parametrize("cfg", [SERIAL, SERIAL1], ids=lambda c: c.name)
+def test_a_serial_mul_takes_a_cycle_per_bit_and_nothing_else_slows(cfg):
+    """With ``serial_mul`` a MUL micro-op spends ``acc_width`` cycles on each slice; the other operations
+    keep their rate. Both match fsim."""
+    rng = np.random.default_rng(12)
+    uops = [(u, u + 8, 0) for u in range(8)]      # eight independent rows
+    cycles = {}
+    for op in (AluOp.MUL, AluOp.ADD):
+        insn = Alu(uop_bgn=0, uop_end=8, iter_out=1, iter_in=1, alu_op=op)
+        cycles[op] = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, uops), cfg)["cycles"]
+    assert cycles[AluOp.MUL] - cycles[AluOp.ADD] == 8 * cfg.vector_passes * (cfg.acc_width - 1), cycles
 
 
 def test_alu_imm_ignores_source_index():

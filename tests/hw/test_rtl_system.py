@@ -63,9 +63,11 @@ def test_random_programs_lean():
 
 
 def test_random_programs_without_the_requantizing_store():
-    """``requant_store = false`` with ``lean``: no requantizer, and fetch sharing the loads' reader; a STORE
-    with a requantizing bit set stops both tiers with RESERVED_BITS."""
-    cfg = PRESETS["tiny"].replace(name="tiny_plain_store", lean=True, vector_lanes=1, requant_store=False)
+    """``requant_store = false`` with ``lean`` and ``serial_mul`` (the small boards' diet): no requantizer,
+    fetch sharing the loads' reader, MUL a bit a cycle; a STORE with a requantizing bit set stops both
+    tiers with RESERVED_BITS."""
+    cfg = PRESETS["tiny"].replace(name="tiny_plain_store", lean=True, vector_lanes=1, requant_store=False,
+                                  serial_mul=True)
     programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(40)]
     requantizing = isa.encode(Store(requant=True, x_size=1, y_size=1), PRESETS["tiny"]) + isa.encode(Finish(), cfg)
     programs.append(program_image(cfg, requantizing, dram_bytes=DRAM_BYTES, seed=40))
