@@ -63,6 +63,7 @@ class Program:
     uop_words: np.ndarray
     dram_bytes: int
     meta: dict = field(default_factory=dict)
+    _binaries: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # base -> bytes
 
     @property
     def fingerprint(self):
@@ -75,6 +76,13 @@ class Program:
     @property
     def outputs(self):
         return [s for s in self.segments.values() if s.role == "output"]
+
+    def binary_at(self, base):
+        """The encoded instructions of an image placed at byte address ``base``: encoded once per place (a
+        model runs its programs again and again, at the same place)."""
+        if base not in self._binaries:
+            self._binaries[base] = isa.encode_program(self.instructions_at(base), self.config)
+        return self._binaries[base]
 
     def instructions_at(self, base):
         """The instructions with DRAM addresses for an image placed at byte address ``base``."""

@@ -65,7 +65,7 @@ class Device:
                     self.write(base + seg.offset, program.uop_words)
                 else:
                     self.write(base + seg.offset, np.zeros(seg.nbytes, dtype=np.uint8))
-            binary = isa.encode_program(program.instructions_at(base), self.cfg)
+            binary = program.binary_at(base)
             insn_addr = self.alloc(len(binary), align=64)
             try:
                 self.write(insn_addr, np.frombuffer(binary, dtype=np.uint8))

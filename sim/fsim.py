@@ -8,8 +8,8 @@ bit-exact with the RTL: DRAM contents, error codes and the counters both
 define are the same.
 
 Each GEMM or ALU instruction is evaluated as a few batched numpy operations
-over its loops and micro-ops (GEMM as float64 matrix products, exact for
-these operand widths), never as a Python loop per micro-op.
+over its loops and micro-ops (GEMM as floating-point matrix products, exact
+for these operand widths), never as a Python loop per micro-op.
 
 Budgets: fsim is software, so a run has a budget of operations
 (``max_ops``: micro-ops of GEMM and ALU instructions, SRAM entries moved by
@@ -29,6 +29,7 @@ order and how far one stream can run ahead of another.
 """
 
 import dataclasses
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -150,6 +151,29 @@ def _int_dtype(bits):
     return np.dtype(f"<i{bits // 8}")
 
 
+#: The most 8-bit products a float32 sum holds exactly: each is at most 2**14 in magnitude, and every partial
+#: sum stays within float32's 24-bit significand.
+EXACT_FLOAT32_TERMS = 1 << 10
+
+
+def _exact(a, b):
+    """Matmul operands ``a`` (…, K) and ``b`` (…, K, N) in a float type whose sums of K products are exact."""
+    if a.dtype == np.float32 and a.shape[-1] > EXACT_FLOAT32_TERMS:
+        return a.astype(np.float64), b.astype(np.float64)
+    return a, b
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _decoded(word, cfg):
+    """``(instruction, None)`` for a legal 16-byte ``word``, or ``(None, (code, message))`` for one fetch
+    refuses. Cached: a model runs the same programs again and again."""
+    try:
+        insn = isa.decode(word, cfg)
+    except isa.IllegalInstruction as e:
+        return None, (e.code, str(e))
+    return insn, isa.fetch_error(insn)
+
+
 class FunctionalSimulator:
     """Bit-exact functional model of one accelerator instance.
 
@@ -184,10 +208,12 @@ class FunctionalSimulator:
             raise ValueError(f"priority must order every stream once, not {priority!r}")
         self.executed = []
         c = self.cfg
-        # inp and wgt are kept as float64 so GEMM feeds BLAS without a
-        # conversion; they only ever hold integers of inp/wgt width.
-        self._inp = np.zeros((c.inp_depth, c.batch, c.block_in))
-        self._wgt = np.zeros((c.wgt_depth, c.block_out, c.block_in))
+        # inp and wgt are kept as floats so GEMM feeds BLAS without a conversion; they only ever hold
+        # integers of inp/wgt width. With 8-bit operands float32, whose products sum exactly while a
+        # reduction has at most EXACT_FLOAT32_TERMS of them (twice as fast as float64); else float64.
+        self._float = np.float32 if max(c.inp_width, c.wgt_width) <= 8 else np.float64
+        self._inp = np.zeros((c.inp_depth, c.batch, c.block_in), dtype=self._float)
+        self._wgt = np.zeros((c.wgt_depth, c.block_out, c.block_in), dtype=self._float)
         # acc and out hold exactly acc_width / out_width bits: storing into
         # them wraps (truncates) as semantics.wrap / semantics.narrow define.
         self._acc = np.zeros((c.acc_depth, c.batch, c.block_out), dtype=_int_dtype(c.acc_width))
@@ -347,11 +373,7 @@ class FunctionalSimulator:
                                 index=index, stream=Stream.COMPUTE)
 
     def _fetch(self, word, index):
-        try:
-            insn = isa.decode(word, self.cfg)
-        except isa.IllegalInstruction as e:
-            raise ExecutionError(e.code, str(e), index=index) from None
-        problem = isa.fetch_error(insn)
+        insn, problem = _decoded(word, self.cfg)
         if problem:
             raise ExecutionError(*problem, index=index)
         return insn
@@ -570,17 +592,18 @@ class FunctionalSimulator:
         for members in groups:                                                   # (G, k)
             inp = us[members][:, None, :] + S[None, :, None]                     # (G, nS, k)
             wgt_index = uw[members][:, None, :] + W[None, :, None]               # (G, nW, k)
-            plans.append(_ProductGroup(_rows(inp.ravel()), inp.shape, wgt_index, wgt_index.tobytes(),
-                                       s_pos, w_pos))
+            # (the shape is part of the weights' key: (1, 2, 1) and (1, 1, 2) indices have the same bytes)
+            plans.append(_ProductGroup(_rows(inp.ravel()), inp.shape, wgt_index,
+                                       (wgt_index.shape, wgt_index.tobytes()), s_pos, w_pos))
             rows.append(dst.offsets()[:, None] + ud[members[:, 0]][None, :])     # (L, G)
         return _GemmPlan(groups=plans, overwrite=overwrite, **_scatter(np.concatenate(rows, axis=1).ravel()))
 
     def _products(self, g):
-        """Sums of one product group, (L, G, batch, block_out) as float64."""
+        """Sums of one product group, (L, G, batch, block_out) as floats."""
         G, nS, k = g.inp_shape
         A = self._inp[g.inp_rows].reshape(g.inp_shape + self._inp.shape[1:])    # (G, nS, k, b, BI)
         A = A.transpose(0, 1, 3, 2, 4).reshape(G, nS * self.cfg.batch, -1)
-        P = np.matmul(A, self._weight_matrix(g))
+        P = np.matmul(*_exact(A, self._weight_matrix(g)))
         P = P.reshape(G, nS, self.cfg.batch, g.wgt_index.shape[1], -1)
         return P[:, g.s_pos, :, g.w_pos, :]
 
@@ -605,7 +628,7 @@ class FunctionalSimulator:
         weights, starts = np.unique(wgt[order], return_index=True)
         out = np.empty((dst.size,) + self._acc.shape[1:])
         for w, sel in zip(weights, np.split(order, starts[1:])):
-            out[sel] = self._inp[src[sel]] @ self._wgt[w].T
+            out[sel] = np.matmul(*_exact(self._inp[src[sel]], self._wgt[w].T))
         return out
 
     def _alu(self, insn):
@@ -681,7 +704,7 @@ class _ProductGroup:
     inp_rows: object          # slice or flat index array into inp
     inp_shape: tuple          # (G, nS, k)
     wgt_index: np.ndarray     # (G, nW, k)
-    wgt_key: bytes
+    wgt_key: tuple            # (shape, bytes) of wgt_index: the weight cache's key
     s_pos: np.ndarray         # loop position -> input offset index
     w_pos: np.ndarray         # loop position -> weight offset index
 

@@ -312,6 +312,17 @@ def test_gemm_loops_and_repeated_destinations(cfg, rng, chunks):
     assert stats["gemm_uops"] == 3 * 2 * 5
 
 
+def test_gemms_whose_weight_indices_share_bytes_not_shape(rng):
+    """fsim keeps each GEMM's arranged weights for the next one; one micro-op over two weights (indices of
+    shape (1, 2, 1)) and two micro-ops on one row (shape (1, 1, 2)) have indices of the same bytes but are
+    different arrangements (a cache keyed by the bytes alone handed the second GEMM the first's)."""
+    bench = Bench(TINY)
+    uops = bench.put("uop", [Uop(0, 0, 0), Uop(0, 1, 1)])
+    bench.run([*_gemm_setup(bench, rng), load("uop", sram_base=0, dram_base=uops, y_size=1, x_size=2),
+               Gemm(uop_bgn=0, uop_end=1, iter_out=1, iter_in=2, dst_factor_in=1, wgt_factor_in=1),
+               Gemm(uop_bgn=0, uop_end=2, iter_out=1, iter_in=1)])
+
+
 @pytest.mark.parametrize("cfg", [TINY, BATCH2], ids=cfg_id)
 def test_gemm_reset(cfg, rng, chunks):
     """Reset zeroes acc and out at the looped destinations only, then accumulation restarts."""
