@@ -97,20 +97,30 @@ def _run(args, *, cwd, log, what, progress, tail=None, heartbeat=30.0, watch=Non
 _UTILISATION = re.compile(r"Info:\s+(\S+):\s+(\d+)/\s*(\d+)\s+\d+%")
 
 
-def lone_flip_flops(netlist):
-    """Gowin flip-flops of a Yosys JSON ``netlist`` (module ``top``) that cannot share a slice with the
-    LUT or ALU feeding them: a GW1N flip-flop takes its D input from its slice's LUT only, so each of
-    these needs a LUT site of its own (nextpnr makes it a pass-through LUT after placement) on top of
-    the LUT4 sites its packer counts. Fed from another flip-flop, a RAM, a DSP or a wide-LUT mux, or
-    the second one a LUT feeds: a lower bound on the extra sites."""
-    cells = netlist["modules"]["top"]["cells"].values()
-    feeder = {}        # net bit -> the LUT or ALU driving it
+def lone_flip_flops(netlist, family="gowin"):
+    """Flip-flops of a Yosys JSON ``netlist`` (module ``top``) that cannot share a logic cell with the LUT
+    feeding them, so each needs a LUT site of its own (a pass-through LUT) on top of the LUTs: a lower
+    bound on the extra sites. A GW1N flip-flop takes its D input from its slice's LUT (or ALU) only: fed
+    from another flip-flop, a RAM, a DSP or a wide-LUT mux, or the second one a LUT feeds, it is alone.
+    An iCE40 logic cell has one output, its LUT's or its flip-flop's: a flip-flop shares a cell only
+    with a LUT that feeds nothing else."""
+    cells = list(netlist["modules"]["top"]["cells"].values())
+    ice40 = family == "ice40"
+    feeder, fanout = {}, {}        # net bit -> the LUT (or ALU) driving it; -> how many cell inputs it reaches
     for k, cell in enumerate(cells):
-        port = "F" if cell["type"].startswith("LUT") else "SUM" if cell["type"] == "ALU" else None
+        kind = cell["type"]
+        port = ("O" if kind == "SB_LUT4" else None) if ice40 else \
+            ("F" if kind.startswith("LUT") else "SUM" if kind == "ALU" else None)
         for bit in cell["connections"].get(port, ()):
             feeder[bit] = k
-    flip_flops = [cell["connections"]["D"][0] for cell in cells if cell["type"].startswith("DFF")]
-    return len(flip_flops) - len({feeder[d] for d in flip_flops if d in feeder})
+        for name, bits in cell["connections"].items():
+            if cell.get("port_directions", {}).get(name) == "input":
+                for bit in bits:
+                    fanout[bit] = fanout.get(bit, 0) + 1
+    flip_flops = [cell["connections"]["D"][0] for cell in cells
+                  if cell["type"].startswith("SB_DFF" if ice40 else "DFF")]
+    paired = {feeder[d] for d in flip_flops if d in feeder and (not ice40 or fanout.get(d) == 1)}
+    return len(flip_flops) - len(paired)
 
 
 def _overused(log_path, family, *, lone_ffs=0):
@@ -299,8 +309,17 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
     used = utilization_from_stat(json.loads((out / "stat.json").read_text()), board.family)
     report["synthesis"] = {kind: {"used": used.get(kind, 0), "available": board.resources.get(kind)}
                            for kind in used}
+    if board.family in ("gowin", "ice40"):
+        report["lone_flip_flops"] = lone_flip_flops(json.loads((out / "top.json").read_text()), board.family)
     over = [(k, v["used"], v["available"]) for k, v in report["synthesis"].items()
             if v["available"] is not None and v["used"] > v["available"]]
+    if board.family == "ice40":
+        # (a logic cell is a LUT4 and a flip-flop: the cells needed are at least the LUTs and the lone ones)
+        cells = used.get("LUT", 0) + report["lone_flip_flops"]
+        over = [o for o in over if o[0] != "LUT"]
+        if cells > board.resources["LUT"]:
+            over.insert(0, ("logic cells (LUT4s, and flip-flops no LUT of theirs feeds alone)", cells,
+                            board.resources["LUT"]))
     if over:
         for seed, seed_out in zip(seeds, outs):         # (no stale report of an earlier build stays behind)
             seed_out.mkdir(parents=True, exist_ok=True)
@@ -308,8 +327,6 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
         kind, need, have = over[0]
         raise BuildError(f"config {config_name} does not fit {board.title}: {kind} {need} needed, {have} available"
                          + "".join(f"; {k} {n} > {h}" for k, n, h in over[1:]))
-    if board.family == "gowin":
-        report["lone_flip_flops"] = lone_flip_flops(json.loads((out / "top.json").read_text()))
     report["tools"]["nextpnr"] = _version(tool(NEXTPNR[board.family]))
 
     # Every seed places and routes the one netlist, in its own folder (linked there: YoWASP's tools see

@@ -105,10 +105,16 @@ def _fake_tool(path, body):
     return str(path)
 
 
+_OUTPUTS = {"F", "O", "SUM", "COUT", "CO", "Q", "DO"}
+
+
 def _netlist(cells):
-    """A Yosys JSON netlist of module ``top`` from ``{name: (type, {port: [bits]})}``."""
-    return {"modules": {"top": {"cells": {name: {"type": kind, "connections": ports}
-                                          for name, (kind, ports) in cells.items()}}}}
+    """A Yosys JSON netlist of module ``top`` from ``{name: (type, {port: [bits]})}`` (the ports in
+    ``_OUTPUTS`` are outputs, the others inputs)."""
+    return {"modules": {"top": {"cells": {
+        name: {"type": kind, "connections": ports,
+               "port_directions": {port: "output" if port in _OUTPUTS else "input" for port in ports}}
+        for name, (kind, ports) in cells.items()}}}}
 
 
 def _fake_yosys(tmp_path, monkeypatch, *, lone_ffs=0):
@@ -132,6 +138,33 @@ def test_lone_flip_flops_are_those_no_lut_or_alu_of_their_own_feeds():
         "ff_ram": ("DFF", {"D": [13], "Q": [24]}), "ff_ff": ("DFF", {"D": [20], "Q": [25]}),
     })
     assert lone_flip_flops(netlist) == 4      # the second of the LUT's, the carry's, the RAM's, the copy
+
+
+def test_an_ice40_flip_flop_shares_a_cell_only_with_a_lut_feeding_nothing_else():
+    """An iCE40 logic cell has one output: its LUT's or its flip-flop's."""
+    netlist = _netlist({
+        "lut": ("SB_LUT4", {"O": [10]}), "lut_also_used": ("SB_LUT4", {"O": [11]}),
+        "reader": ("SB_LUT4", {"I0": [11], "O": [14]}), "carry": ("SB_CARRY", {"CO": [12]}),
+        "ff_lut": ("SB_DFFE", {"D": [10], "Q": [20]}), "ff_shared": ("SB_DFF", {"D": [11], "Q": [21]}),
+        "ff_carry": ("SB_DFF", {"D": [12], "Q": [22]}), "ff_ff": ("SB_DFFSR", {"D": [20], "Q": [23]}),
+    })
+    assert lone_flip_flops(netlist, "ice40") == 3     # all but the one whose LUT feeds it alone
+
+
+def test_an_ice40_build_counts_logic_cells_not_luts(tmp_path, monkeypatch, capsys):
+    """The iCE40 fit check counts the cells the flip-flops without a LUT of their own add: a design of
+    5,000 LUT4s and 400 such flip-flops does not fit the UP5K's 5,280 cells."""
+    cells = {f"lut{k}": ("SB_LUT4", {"O": [10 + k]}) for k in range(3)}
+    cells.update({f"ff{k}": ("SB_DFF", {"D": [100 + k], "Q": [101 + k]}) for k in range(400)})
+    monkeypatch.setenv("YOSYS", _fake_tool(tmp_path / "yosys", (
+        "if '--version' in sys.argv: print('Yosys (fake)'); sys.exit()\n"
+        "open('stat.json', 'w').write(json.dumps({'modules': {'\\\\top': {'num_cells_by_type': "
+        "{'SB_LUT4': 5000, 'SB_DFF': 400}}}}))\n"
+        f"open('top.json', 'w').write({json.dumps(json.dumps(_netlist(cells)))})\n")))
+    assert main(["fpga", "build", "--board", "icebreaker", "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "logic cells (LUT4s, and flip-flops no LUT of theirs feeds alone) 5400 " \
+        "needed, 5280 available" in err
 
 
 @pytest.mark.parametrize("usage,lone_ffs,message", [
