@@ -30,7 +30,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/rtl_throughput.py --config small
 	$(PY) benchmarks/rtl_throughput.py --config default
 	$(VENV)/bin/tilewright bench resnet18 --backend rtl --config default --json benchmarks/results/resnet18_rtl.json \
-		--plot benchmarks/results/resnet18_rtl.png --trace benchmarks/results/resnet18_rtl_trace.json
+		--plot benchmarks/results/resnet18_rtl.png --roofline benchmarks/results/resnet18_roofline.png \
+		--trace benchmarks/results/resnet18_rtl_trace.json
 	$(PY) benchmarks/model_resnet18.py --rtl --json benchmarks/results/resnet18_model.json
 	$(PY) benchmarks/onnx_node_tests.py
 	$(PY) benchmarks/tuning.py

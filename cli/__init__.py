@@ -161,20 +161,20 @@ def cmd_bench(args):
     known = {name for name, *_ in RESNET18}
     if layers and not set(layers) <= known:
         raise CliError(f"unknown layer(s) {', '.join(sorted(set(layers) - known))}; choose from {', '.join(sorted(known))}")
-    if args.backend == "fsim" and (args.plot or args.trace):
-        raise CliError("--plot and --trace need cycle counts: use --backend rtl (fsim counts none)")
+    if args.backend == "fsim" and (args.plot or args.roofline or args.trace):
+        raise CliError("--plot, --roofline and --trace need cycle counts: use --backend rtl (fsim counts none)")
     if args.tuning_log and not Path(args.tuning_log).is_file():
         raise CliError(f"tuning log {args.tuning_log}: no such file")
-    for path in (args.json, args.plot, args.trace):
+    for path in (args.json, args.plot, args.roofline, args.trace):
         if path:
             _not_over_inputs(path, args.tuning_log)
     print(f"ResNet-18 conv layers on {args.backend} ({cfg.name}, {cfg.tag})", flush=True)
     try:
         bench_resnet18(args.backend, cfg, layers=layers, json_path=args.json, plot_path=args.plot,
-                       trace_path=args.trace, tuning_log=args.tuning_log, progress=lambda line: print(line, flush=True))
+                       roofline_path=args.roofline, trace_path=args.trace, tuning_log=args.tuning_log, progress=lambda line: print(line, flush=True))
     except (DeviceError, RtlError, RuntimeError, TuningLogError) as e:
         raise CliError(str(e)) from None
-    for path in (args.json, args.plot, args.trace):
+    for path in (args.json, args.plot, args.roofline, args.trace):
         if path:
             print(f"wrote {path}")
 
@@ -430,7 +430,8 @@ def _parser():
     sp.add_argument("--backend", choices=["rtl", "fsim"], default="rtl")
     sp.add_argument("--layers", help="comma-separated subset, e.g. C2,C5")
     sp.add_argument("--json", help="write the results as JSON")
-    sp.add_argument("--plot", help="write a PNG plot")
+    sp.add_argument("--plot", help="write a PNG bar chart of cycles per layer")
+    sp.add_argument("--roofline", help="write a PNG roofline chart (MACs/cycle against MACs per DRAM byte)")
     sp.add_argument("--trace", help="write a Chrome/Perfetto trace of every instruction (rtl)")
     sp.add_argument("--tuning-log", metavar="FILE", help="run each layer's fastest schedule in this tuning log")
     sp.set_defaults(func=cmd_bench)

@@ -25,7 +25,7 @@ from .device import DeviceError, get_device
 from .layout import pack_bias, pack_nchw, pack_oihw, unpack_nchw
 from .reference import conv2d_reference
 
-__all__ = ["RESNET18", "resnet18_layer", "bench_resnet18", "chrome_trace"]
+__all__ = ["RESNET18", "resnet18_layer", "bench_resnet18", "chrome_trace", "roofline_plot"]
 
 #: (name, H=W, Cin, Cout, kernel, stride); padding 1 for 3×3, 0 for 1×1.
 RESNET18 = [("C2", 56, 64, 64, 3, 1), ("C3", 56, 64, 128, 3, 2), ("C4", 56, 64, 128, 1, 2),
@@ -78,10 +78,12 @@ def _run(device, program, tensors, trace_file=None):
 
 
 def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=None, plot_path=None,
-                   trace_path=None, tuning_log=None, progress=print):
+                   roofline_path=None, trace_path=None, tuning_log=None, progress=print):
     """Run the benchmark; returns the JSON-ready result dict. With ``tuning_log`` (a path) each layer runs
-    the fastest schedule that log holds for it (the heuristic's where it has none)."""
-    for path in (json_path, plot_path, trace_path):
+    the fastest schedule that log holds for it (the heuristic's where it has none), and the heuristic's
+    schedule too (``default`` in its record). ``plot_path``: a bar chart of cycles per layer;
+    ``roofline_path``: the layers on the config's roofline."""
+    for path in (json_path, plot_path, roofline_path, trace_path):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     cfg = load_config(config)
@@ -109,7 +111,8 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
         tensors = {"data": pack_nchw(x, cfg.batch, cfg.block_in), "weight": pack_oihw(w, cfg.block_out, cfg.block_in),
                    "bias": pack_bias(b, cfg.batch, cfg.block_out)}
         record, tiles = tuned.best_schedule(Task("conv2d", spec, cfg)) if tuned else (None, None)
-        tiles = tiles or conv_tiles(spec, cfg)
+        heuristic = conv_tiles(spec, cfg)
+        tiles = tiles or heuristic
         program = build(conv2d(spec, cfg, tiles)[0], cfg)
         single = build(conv2d(spec, cfg, dataclasses.replace(tiles, threads=1))[0], cfg)
         trace_file = Path(f"{trace_path}.{name}.txt") if trace_path and backend == "rtl" else None
@@ -134,6 +137,10 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
                   "cycles_single_thread": stats_single.get("cycles"), "threads": tiles.threads,
                   "tiles": dataclasses.asdict(tiles), "schedule": "tuned" if record else "heuristic",
                   "instructions": stats["instructions"]}
+        if record["schedule"] == "tuned" and tiles != heuristic:
+            _, stats_default, _ = _run(device, build(conv2d(spec, cfg, heuristic)[0], cfg), tensors)
+            record["default"] = {"cycles": stats_default.get("cycles"),
+                                 "dram_bytes": stats_default["dram_bytes_read"] + stats_default["dram_bytes_written"]}
         if cycles:
             sim_cycles += cycles + stats_single["cycles"]
             sim_seconds += seconds + seconds_single
@@ -159,6 +166,8 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
         files.write_text(json_path, json.dumps(result, indent=2))
     if plot_path and records and records[0]["cycles"]:
         _plot(records, plot_path, cfg)
+    if roofline_path and records and records[0]["cycles"]:
+        roofline_plot(records, roofline_path, cfg)
     if trace_path and trace_events:
         files.write_text(trace_path, json.dumps({"traceEvents": trace_events, "displayTimeUnit": "ns",
                                                 "otherData": {"time_unit": "cycle"}}))
@@ -184,3 +193,52 @@ def _plot(records, path, cfg):
     fig.tight_layout()
     with files.atomic_write(path) as f:
         fig.savefig(f, dpi=120, format=Path(path).suffix.lstrip(".") or "png")
+
+
+def roofline_plot(records, path, cfg):
+    """The layers on ``cfg``'s roofline, log–log: operational intensity (MACs per DRAM byte) across, MACs
+    per cycle up; the compute roof (``macs_per_cycle``) and the bandwidth slope (bus bytes a cycle × MACs
+    per byte) meet at the ridge. One point per layer as run (tuned, when a tuning log chose it), and its
+    heuristic schedule's where that differs. Returns what it drew: ``{"roof": [(x, y), ...], "points":
+    {layer: (x, y)}, "heuristic": {layer: (x, y)}}``."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    peak, bus = cfg.macs_per_cycle, cfg.bus_bytes
+
+    def point(macs, cycles, dram):
+        return macs / dram, macs / cycles
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    runs = [point(r["macs"], r["cycles"], r["dram_bytes"]) for r in records]
+    defaults = [(r, point(r["macs"], r["default"]["cycles"], r["default"]["dram_bytes"]))
+                for r in records if r.get("default")]
+    xs = [x for x, _ in runs] + [x for _, (x, _) in defaults]
+    lo, hi = min(xs + [peak / bus]) / 2, max(xs + [peak / bus]) * 2
+    ridge = peak / bus
+    ax.plot([lo, ridge, hi], [lo * bus, peak, peak], color="black", linewidth=1.5,
+            label=f"roofline: {peak} MACs/cycle, {bus} bytes/cycle")
+    tuned = any(r["schedule"] == "tuned" for r in records)
+    ax.scatter([x for x, _ in runs], [y for _, y in runs], color="tab:blue", zorder=3,
+               label="tuned (or heuristic where untuned)" if tuned else "heuristic schedule")
+    if defaults:
+        ax.scatter([x for _, (x, _) in defaults], [y for _, (_, y) in defaults], color="tab:gray", marker="x",
+                   zorder=3, label="heuristic schedule")
+    for r, (x, y) in zip(records, runs):
+        ax.annotate(r["layer"], (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(min(lo * bus, min(y for _, y in runs) / 2), peak * 2)
+    ax.set_xlabel("operational intensity (MACs per DRAM byte)")
+    ax.set_ylabel("MACs per cycle")
+    ax.set_title(f"ResNet-18 conv layers on the {cfg.name} roofline ({cfg.tag})")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    with files.atomic_write(path) as f:
+        fig.savefig(f, dpi=120, format=Path(path).suffix.lstrip(".") or "png")
+    plt.close(fig)
+    return {"roof": [(lo, lo * bus), (ridge, peak), (hi, peak)],
+            "points": {r["layer"]: xy for r, xy in zip(records, runs)},
+            "heuristic": {r["layer"]: xy for r, xy in defaults}}

@@ -92,7 +92,7 @@ def test_fuzz_needs_a_positive_program_count(count, capsys):
     assert e.value.code == 2 and "is not a positive integer" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("option", ["--plot", "--trace"])
+@pytest.mark.parametrize("option", ["--plot", "--roofline", "--trace"])
 def test_bench_on_fsim_refuses_outputs_it_cannot_write(option, tmp_path, capsys):
     """fsim counts no cycles: a plot or a timeline would never be written, so the bench says so up front."""
     assert main(["bench", "resnet18", "--backend", "fsim", "--config", "tiny", "--layers", "C11",

@@ -59,6 +59,27 @@ def test_bench_command_on_fsim(tmp_path, capsys):
     assert main(["bench", "resnet18", "--layers", "C99"]) == 1
 
 
+def test_the_roofline_chart_places_each_layer_by_intensity_and_rate(tmp_path):
+    """x = MACs per DRAM byte, y = MACs per cycle; the roof rises with the bus's bytes per cycle up to the
+    ridge, then stays at the GEMM's MACs per cycle. A tuned layer's heuristic run is drawn beside it."""
+    from tilewright.runtime.bench import roofline_plot
+    cfg = tilewright.PRESETS["default"]
+    records = [{"layer": "C2", "macs": 115_605_504, "cycles": 480_000, "dram_bytes": 1_300_000, "schedule": "tuned",
+                "default": {"cycles": 520_000, "dram_bytes": 1_700_000}},
+               {"layer": "C10", "macs": 25_690_112, "cycles": 190_000, "dram_bytes": 2_600_000,
+                "schedule": "heuristic"}]
+    path = tmp_path / "roofline.png"
+    drawn = roofline_plot(records, path, cfg)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for r in records:
+        assert drawn["points"][r["layer"]] == pytest.approx((r["macs"] / r["dram_bytes"], r["macs"] / r["cycles"]))
+    assert drawn["heuristic"] == {"C2": pytest.approx((115_605_504 / 1_700_000, 115_605_504 / 520_000))}
+    (x0, y0), ridge, (x1, y1) = drawn["roof"]
+    assert ridge == pytest.approx((cfg.macs_per_cycle / cfg.bus_bytes, cfg.macs_per_cycle))
+    assert y0 == pytest.approx(x0 * cfg.bus_bytes) and y1 == cfg.macs_per_cycle
+    assert x0 < min(x for x, _ in drawn["points"].values()) and x1 > max(x for x, _ in drawn["points"].values())
+
+
 def test_chrome_trace_pairs_start_and_end():
     from tilewright.compiler.program import Program
     from tilewright.isa import Finish, Gemm
