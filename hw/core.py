@@ -350,7 +350,7 @@ class ComputeCore(wiring.Component):
         x_last = x_slice == passes - 1 if passes > 1 else C(1)
         # With `serial_mul` a MUL spends acc_width cycles on each slice, adding a partial product a cycle.
         x_step = Signal(range(c.acc_width), reset_less=True)
-        x_done = ~(alu_op == AluOp.MUL) | (x_step == c.acc_width - 1) if c.serial_mul else C(1)   # the slice's last cycle
+        x_done = (alu_op != AluOp.MUL) | (x_step == c.acc_width - 1) if c.serial_mul else C(1)  # a slice's last cycle
         x_final = x_last & x_done                           # the micro-op's last cycle in S3
         with m.If(s2_ok & ~is_gemm & ~stall):
             m.d.sync += [x_valid.eq(1), x_dst.eq(s2_dst[:acc_bits]), x_slice.eq(0), x_step.eq(0)]

@@ -483,7 +483,8 @@ class ReaderShare(wiring.Component):
                 m.d.sync += failed.eq(1)
             with m.If(client.cmd.valid & client.cmd.ready):
                 m.d.sync += failed.eq(0)
-            m.d.comb += [client.beats.payload.eq(reader.beats.payload), client.beats.valid.eq(mine & reader.beats.valid),
+            m.d.comb += [client.beats.payload.eq(reader.beats.payload),
+                         client.beats.valid.eq(mine & reader.beats.valid),
                          client.busy.eq(mine & reader.busy), client.error.eq(failed | (mine & reader.error))]
             with m.If(mine):
                 m.d.comb += reader.beats.ready.eq(client.beats.ready)

@@ -156,7 +156,7 @@ class PaddedLoad(wiring.Component):
                  for name in ("r_enter", "r_leave", "r_last", "c_enter", "c_leave", "c_last")}
         starts = {"r": insn.y_pad0 == 0, "c": insn.x_pad0 == 0}     # the first row (column) is data
         addr = Signal(self.index_bits + 1, reset_less=True)
-        part = Signal(range(max(*slices, 2)), reset_less=True)     # the slice the next beat fills (whole entries: unused)
+        part = Signal(range(max(*slices, 2)), reset_less=True)  # the slice the next beat fills (unused: whole entries)
         in_data = row_in & col_in
         last_entry = (r == bound["r_last"]) & (c == bound["c_last"])
         last_part = per_type([part == n - 1 for n in slices])
