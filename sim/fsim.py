@@ -165,13 +165,19 @@ def _exact(a, b):
 
 @functools.lru_cache(maxsize=1 << 16)
 def _decoded(word, cfg):
-    """``(instruction, None)`` for a legal 16-byte ``word``, or ``(None, (code, message))`` for one fetch
-    refuses. Cached: a model runs the same programs again and again."""
+    """``(instruction, None, pops, pushes)`` for a legal 16-byte ``word`` (the token queues it pops before and
+    pushes after it runs), or ``(None, (code, message), (), ())`` for one fetch refuses. Cached: a model runs
+    the same programs again and again."""
     try:
         insn = isa.decode(word, cfg)
     except isa.IllegalInstruction as e:
-        return None, (e.code, str(e))
-    return insn, isa.fetch_error(insn)
+        return None, (e.code, str(e)), (), ()
+    problem = isa.fetch_error(insn)
+    if problem:
+        return insn, problem, (), ()
+    pops = tuple(isa.queue_of(insn.stream, f) for f in ("pop_prev", "pop_next") if getattr(insn, f))
+    pushes = tuple(isa.queue_of(insn.stream, f) for f in ("push_prev", "push_next") if getattr(insn, f))
+    return insn, None, pops, pushes
 
 
 class FunctionalSimulator:
@@ -285,19 +291,17 @@ class FunctionalSimulator:
         self._bias = np.zeros(self._acc.shape[1:], dtype=np.int64)   # the store stream's bias register
         self.executed = []
         depth_cmd, depth_tok = self.cfg.cmd_queue_depth, self.cfg.token_queue_depth
-        cmd = {s: deque() for s in Stream}         # (index, insn) per stream
+        cmd = {s: deque() for s in Stream}         # (index, insn, queues it pops, queues it pushes) per stream
         tokens = dict.fromkeys(isa.Queue, 0)
         pc, fetched = 0, None                      # fetched: decoded, waiting for queue room
         spent = 0                                  # operations of the budget
 
-        def blocker(stream, index, insn):
-            for flag in ("pop_prev", "pop_next"):
-                q = isa.queue_of(stream, flag)
-                if getattr(insn, flag) and tokens[q] == 0:
+        def blocker(stream, index, insn, pops, pushes):
+            for q in pops:
+                if tokens[q] == 0:
                     return Blocked(stream, index, insn, q, "pop")
-            for flag in ("push_prev", "push_next"):
-                q = isa.queue_of(stream, flag)
-                if getattr(insn, flag) and tokens[q] >= depth_tok:
+            for q in pushes:
+                if tokens[q] >= depth_tok:
                     return Blocked(stream, index, insn, q, "push")
             return None
 
@@ -309,7 +313,7 @@ class FunctionalSimulator:
                 # Fetch in order while the next instruction's queue has room.
                 while fetched is not None or pc < len(words):
                     if fetched is None:
-                        fetched = (pc, self._fetch(words[pc], pc))
+                        fetched = (pc, *self._fetch(words[pc], pc))
                         stats.dram_bytes_read["insn"] += isa.INSN_BYTES
                         pc += 1
                     stream = fetched[1].stream
@@ -329,10 +333,9 @@ class FunctionalSimulator:
                         msg += (f"; fetch stalled at instruction {fetched[0]}: the "
                                 f"{fetched[1].stream.name.lower()} command queue is full ({depth_cmd})")
                     raise DeadlockError(msg, all_blocked())
-                index, insn = cmd[stream].popleft()
-                for flag in ("pop_prev", "pop_next"):
-                    if getattr(insn, flag):
-                        tokens[isa.queue_of(stream, flag)] -= 1
+                index, insn, pops, pushes = cmd[stream].popleft()
+                for q in pops:
+                    tokens[q] -= 1
                 stats.instructions[stream.name.lower()] += 1
                 self.executed.append(index)
                 try:
@@ -345,9 +348,8 @@ class FunctionalSimulator:
                 except SimError as e:
                     e.index, e.stream = index, stream
                     raise
-                for flag in ("push_prev", "push_next"):
-                    if getattr(insn, flag):
-                        tokens[isa.queue_of(stream, flag)] += 1
+                for q in pushes:
+                    tokens[q] += 1
                 if isinstance(insn, Finish):
                     self._check_finish(index, cmd, tokens, pc, fetched, len(words), all_blocked)
                     return stats
@@ -360,7 +362,7 @@ class FunctionalSimulator:
         left = {q.name.lower(): n for q, n in tokens.items() if n}
         if left:
             problems.append("tokens left over: " + ", ".join(f"{q}={n}" for q, n in left.items()))
-        pending = {s.name.lower(): sum(i < index for i, _ in q) for s, q in cmd.items()}
+        pending = {s.name.lower(): sum(entry[0] < index for entry in q) for s, q in cmd.items()}
         if any(pending.values()):
             problems.append("streams not drained: " + ", ".join(
                 f"{s} has {n} instruction(s) pending" for s, n in pending.items() if n))
@@ -373,10 +375,11 @@ class FunctionalSimulator:
                                 index=index, stream=Stream.COMPUTE)
 
     def _fetch(self, word, index):
-        insn, problem = _decoded(word, self.cfg)
+        """``(insn, queues it pops, queues it pushes)`` for the word at ``index``, or the fetch error."""
+        insn, problem, pops, pushes = _decoded(word, self.cfg)
         if problem:
             raise ExecutionError(*problem, index=index)
-        return insn
+        return insn, pops, pushes
 
     def _dispatch(self, insn):
         if isinstance(insn, Load):
