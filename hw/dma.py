@@ -502,9 +502,7 @@ class ElementPacker(wiring.Component):
     def __init__(self, *, elem_bytes, bus_bytes):
         self.elem_bytes, self.bus_bytes = elem_bytes, bus_bytes
         super().__init__({
-            "beats": In(stream.Signature(data.StructLayout({
-                "data": bus_bytes * 8, "lo": range(bus_bytes), "hi": range(1, bus_bytes + 1),
-                "last": 1}))),
+            "beats": In(stream.Signature(BeatLayout(bus_bytes * 8))),
             "elements": Out(stream.Signature(elem_bytes * 8)),
         })
 

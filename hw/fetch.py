@@ -12,14 +12,14 @@ does) or an error response to an instruction read stops the run with
 ``BUS_ERROR``.
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode, Opcode, Stream
 
-from .dma import ElementPacker, ReadClient
+from .dma import BeatLayout, ElementPacker, ReadClient
 from .fifo import HeadRegisteredFIFO
 from .sequencer import CommandLayout
 
@@ -43,8 +43,7 @@ class _InstructionBuffer(wiring.Component):
     def __init__(self, *, bus_bytes, depth):
         self.bus_bytes, self.depth = bus_bytes, depth
         super().__init__({
-            "beats": In(stream.Signature(data.StructLayout({
-                "data": bus_bytes * 8, "lo": range(bus_bytes), "hi": range(1, bus_bytes + 1), "last": 1}))),
+            "beats": In(stream.Signature(BeatLayout(bus_bytes * 8))),
             "arrived": Out(1), "level": Out(range(depth + 1)),
             "r_data": Out(isa.INSN_BITS), "r_rdy": Out(1), "r_en": In(1),
         })

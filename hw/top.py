@@ -188,7 +188,7 @@ class Datapath(wiring.Component):
             m.submodules.reader_share = reader_share = ReaderShare(count=2, addr_width=aw, data_width=c.dram_bus_width)
             attach_reader(m, reader_share.reader, reader)
             wiring.connect(m, fetch.read, reader_share.client_0)
-            wiring.connect(m, loader.read, reader_share.client_1)
+            wiring.connect(m, loaders["load"].read, reader_share.client_1)
             readers = {"fetch": reader.axi}
         else:
             readers = {}

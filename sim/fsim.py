@@ -217,9 +217,9 @@ class FunctionalSimulator:
         # inp and wgt are kept as floats so GEMM feeds BLAS without a conversion; they only ever hold
         # integers of inp/wgt width. With 8-bit operands float32, whose products sum exactly while a
         # reduction has at most EXACT_FLOAT32_TERMS of them (twice as fast as float64); else float64.
-        self._float = np.float32 if max(c.inp_width, c.wgt_width) <= 8 else np.float64
-        self._inp = np.zeros((c.inp_depth, c.batch, c.block_in), dtype=self._float)
-        self._wgt = np.zeros((c.wgt_depth, c.block_out, c.block_in), dtype=self._float)
+        floats = np.float32 if max(c.inp_width, c.wgt_width) <= 8 else np.float64
+        self._inp = np.zeros((c.inp_depth, c.batch, c.block_in), dtype=floats)
+        self._wgt = np.zeros((c.wgt_depth, c.block_out, c.block_in), dtype=floats)
         # acc and out hold exactly acc_width / out_width bits: storing into
         # them wraps (truncates) as semantics.wrap / semantics.narrow define.
         self._acc = np.zeros((c.acc_depth, c.batch, c.block_out), dtype=_int_dtype(c.acc_width))
