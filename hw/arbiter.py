@@ -22,7 +22,12 @@ def next_in_turn(requests, last):
 
 
 class ReadArbiter(wiring.Component):
-    """Round-robin AR arbitration; R beats routed back by ID.
+    """Round-robin AR arbitration, or one client (``first``) served before the others; R beats routed
+    back by ID.
+
+    The compute stream's loader is ``first`` in the accelerator: its LOADs (micro-ops, a tile's bias)
+    are small, and the compute stream waits on them; memory answers in order, so each would otherwise
+    queue behind the load stream's transfers.
 
     Client ``k`` gets ARID ``k``. AXI keeps responses of one ID in order, and
     every client accepts its own beats without waiting on another client, so
@@ -42,9 +47,12 @@ class ReadArbiter(wiring.Component):
         """ARID width the shared channel of ``count`` clients needs."""
         return max(1, (count - 1).bit_length())
 
-    def __init__(self, *, count, addr_width, data_width):
-        self.count = count
+    def __init__(self, *, count, addr_width, data_width, first=None):
+        self.count, self.first = count, first
         self.id_width = self.id_bits(count)
+        #: The client last served in turn (``first`` goes ahead without taking a turn); the formal
+        #: harness reads it.
+        self.turn = Signal(range(count), init=0 if first is None else (first + 1) % count)
         members = {f"c{k}": In(AxiReadSignature(addr_width=addr_width, data_width=data_width))
                    for k in range(count)}
         members["bus"] = Out(AxiReadSignature(addr_width=addr_width, data_width=data_width,
@@ -71,12 +79,15 @@ class ReadArbiter(wiring.Component):
         requests = Signal(self.count)
         m.d.comb += requests.eq(Cat(c.arvalid for c in clients))
         with m.If(~self._holds(bus)):
-            # The nearest requester after the current grant wins (later m.If overrides earlier).
+            # The nearest requester after the one last served in turn wins (later m.If overrides earlier) ...
             for k in reversed(range(1, self.count + 1)):
                 candidate = Signal(range(self.count), name=f"candidate_{k}")
-                m.d.comb += candidate.eq(self._after(grant, k))
+                m.d.comb += candidate.eq(self._after(self.turn, k))
                 with m.If(requests.bit_select(candidate, 1)):
-                    m.d.sync += grant.eq(candidate)
+                    m.d.sync += [grant.eq(candidate), self.turn.eq(candidate)]
+            if self.first is not None:      # ... unless `first` asks: it goes ahead, and the turn stays
+                with m.If(requests[self.first]):
+                    m.d.sync += [grant.eq(self.first), self.turn.eq(self.turn)]
         with m.Switch(grant):
             for k, c in enumerate(clients):
                 with m.Case(k):
@@ -84,7 +95,10 @@ class ReadArbiter(wiring.Component):
                                  bus.arsize.eq(c.arsize), bus.arburst.eq(c.arburst),
                                  bus.arvalid.eq(c.arvalid), c.arready.eq(bus.arready)]
         if platform == "formal":
-            m.d.comb += Assert(grant < self.count)
+            served_in_turn = grant == self.turn
+            m.d.comb += Assert((grant < self.count) & (self.turn < self.count)
+                               & (served_in_turn if self.first is None else
+                                  (served_in_turn | (grant == self.first)) & (self.turn != self.first)))
         for k, c in enumerate(clients):
             mine = bus.rid == k
             m.d.comb += [c.rid.eq(0), c.rdata.eq(bus.rdata), c.rresp.eq(bus.rresp), c.rlast.eq(bus.rlast),

@@ -149,6 +149,9 @@ class ComputeUnit(wiring.Component):
         m.d.sync += finish_check.eq(seq.start & kind["finish"])
         finish_error = Mux(self.protocol_ok & ~finish.push_prev & ~finish.push_next, 0, ErrorCode.PROTOCOL)
 
+        # A GEMM released by the core retires while its sums drain (unless it pushes to the store stream,
+        # which reads them), and the next GEMM starts behind it; anything else waits for the core.
+        m.d.comb += [seq.released.eq(core.released), seq.ready.eq(core.idle | (opcode == Opcode.GEMM))]
         done = loader.done | core.done | finish_check
         error = Signal(isa.ERROR_BITS)
         m.d.comb += error.eq(loader.error | core.error

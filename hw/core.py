@@ -167,6 +167,11 @@ class ComputeCore(wiring.Component):
         One-cycle pulse when the last micro-op has written back.
     error : Out(ERROR_BITS)
         ``UOP_RANGE`` or ``INDEX_RANGE``, valid with ``done``.
+    released : Out(1)
+        A GEMM's micro-ops have all passed their range checks and read their inputs: it can no longer
+        fail, and the next GEMM may start (``start``) while its products and sums drain.
+    idle : Out(1)
+        No instruction in flight: anything but a GEMM after a released GEMM waits for this.
     gemm_busy, alu_busy : Out(1)
         An instruction of that kind is executing.
     retire_gemm, retire_alu : Out(1)
@@ -189,6 +194,7 @@ class ComputeCore(wiring.Component):
             "insn": In(isa.INSN_BITS),
             "done": Out(1),
             "error": Out(isa.ERROR_BITS),
+            "released": Out(1), "idle": Out(1),
             "gemm_busy": Out(1), "alu_busy": Out(1),
             "retire_gemm": Out(1), "retire_alu": Out(1),
             "uop_read": port(ReadPort, "uop"),
@@ -316,16 +322,17 @@ class ComputeCore(wiring.Component):
         # Control rides along the operand and product registers and every tree
         # level. The accumulator row is read two stages before the sums are
         # ready and registered; the row written meanwhile is forwarded into it.
-        ctrl = [(s2_ok & is_gemm, s2_dst[:acc_bits])]
+        # A micro-op carries its instruction's reset and overwrite flags: the next GEMM may start while it drains.
+        ctrl = [(s2_ok & is_gemm, s2_dst[:acc_bits], reset, overwrite)]
         for n in range(levels + 2):
             ctrl.append(tuple(pipe(m, s, f"g{n}_{k}", data=k > 0) for k, s in enumerate(ctrl[-1])))
         read_dst = ctrl[-3][1]
         acc_dst = ctrl[-2][1]
-        g_valid, g_dst = ctrl[-1]
+        g_valid, g_dst, g_reset, g_overwrite = ctrl[-1]
         acc_row = Signal(self.acc_shape, reset_less=True)
         g_result = Signal(self.acc_shape)
         for lane, total in enumerate(sums):
-            m.d.comb += g_result[lane].eq(Mux(reset, 0, Mux(overwrite, 0, acc_row[lane]) + total))
+            m.d.comb += g_result[lane].eq(Mux(g_reset, 0, Mux(g_overwrite, 0, acc_row[lane]) + total))
         with m.If(g_valid & (g_dst == acc_dst)):
             m.d.sync += acc_row.eq(g_result)
         with m.Else():
@@ -427,7 +434,10 @@ class ComputeCore(wiring.Component):
         # -- completion --------------------------------------------------------
         in_flight = Cat(uop_valid, s1_valid, s2_valid, x_valid, w_valid, *(s[0] for s in ctrl[1:])).any()
         m.d.comb += [self.gemm_busy.eq(active & is_gemm), self.alu_busy.eq(active & ~is_gemm),
-                     self.error.eq(error)]
+                     self.error.eq(error), self.idle.eq(~active)]
+        # Released: no micro-op left before the range check, or the last one passing it now.
+        m.d.comb += self.released.eq(active & is_gemm & ~self.start & ~loops.busy & ~uop_valid & ~s1_valid
+                                     & ~bad & (error == 0))
         with m.If(active & ~self.start & ~loops.busy & ~in_flight):
             m.d.comb += self.done.eq(1)
             m.d.sync += active.eq(0)

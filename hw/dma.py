@@ -115,8 +115,8 @@ class _Splitter(wiring.Component):
     """The ports every burst splitter has: a transfer command in; per burst, an address ``request`` and
     a ``burst`` descriptor out (produced together); ``busy`` while a transfer is being split."""
 
-    def __init__(self, *, addr_width, bus_bytes):
-        self.bus_bytes = bus_bytes
+    def __init__(self, *, addr_width, bus_bytes, max_beats=MAX_BURST_BEATS):
+        self.bus_bytes, self.max_beats = bus_bytes, max_beats
         self.bits = addr_width + 1
         super().__init__({
             "cmd": In(stream.Signature(TransferLayout(addr_width))),
@@ -186,7 +186,7 @@ class _BurstSplitter(_Splitter):
         shift = B.bit_length() - 1
         bits = self.bits
         page_beats = BOUNDARY_BYTES // B
-        limit = min(MAX_BURST_BEATS, page_beats)
+        limit = min(self.max_beats, page_beats)
 
         # The transfer's registers are set by its command and read only while it runs: no reset.
         row_addr = Signal(bits, reset_less=True)           # start of the current row
@@ -370,7 +370,9 @@ class _LeanBurstSplitter(_Splitter):
 
 
 class RowReader(wiring.Component):
-    """Reads a 2D transfer and emits its data beats tagged with their valid bytes.
+    """Reads a 2D transfer and emits its data beats tagged with their valid bytes, in bursts of at most
+    ``max_beats`` beats (AXI's 256 unless asked for fewer; ``lean``: :data:`LEAN_BURST_BEATS`), up to
+    ``outstanding`` of them in flight.
 
     Members
     -------
@@ -387,11 +389,11 @@ class RowReader(wiring.Component):
         A read response of the current transfer was not OKAY.
     """
 
-    def __init__(self, *, addr_width, data_width, outstanding=4, lean=False):
+    def __init__(self, *, addr_width, data_width, outstanding=4, lean=False, max_beats=MAX_BURST_BEATS):
         self.bus_bytes = data_width // 8
         self.addr_width = addr_width
         self.outstanding = outstanding
-        self.lean = lean
+        self.lean, self.max_beats = lean, max_beats
         super().__init__({
             "cmd": In(stream.Signature(TransferLayout(addr_width))),
             "beats": Out(stream.Signature(BeatLayout(data_width))),
@@ -403,8 +405,9 @@ class RowReader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         B = self.bus_bytes
-        splitter = _LeanBurstSplitter if self.lean else _BurstSplitter
-        m.submodules.split = split = splitter(addr_width=self.addr_width, bus_bytes=B)
+        m.submodules.split = split = (
+            _LeanBurstSplitter(addr_width=self.addr_width, bus_bytes=B) if self.lean else
+            _BurstSplitter(addr_width=self.addr_width, bus_bytes=B, max_beats=self.max_beats))
         m.submodules.pending = pending = fifo.SyncFIFOBuffered(
             width=len(split.burst.payload.as_value()), depth=self.outstanding)
         wiring.connect(m, wiring.flipped(self.cmd), split.cmd)

@@ -47,6 +47,10 @@ class Sequencer(wiring.Component):
     done : In(1)
         The executor has finished (with ``error``, 0 for none).
     error : In(ERROR_BITS)
+    ready : In(1, init=1)
+        The executor can take ``insn`` (checked before ``start``).
+    released : In(1)
+        The executor can no longer fail ``insn`` and has read all it reads (see above).
     prev, next : Out(TokenPort())
         The token queues towards the previous and next stage (unused ones
         are left unconnected: their ``*_ready`` inputs stay 0, and the
@@ -76,6 +80,8 @@ class Sequencer(wiring.Component):
             "start": Out(1),
             "done": In(1),
             "error": In(ERROR_BITS),
+            "ready": In(1, init=1),
+            "released": In(1),
             "prev": Out(TokenPort()),
             "next": Out(TokenPort()),
             "halt": In(1),
@@ -110,7 +116,7 @@ class Sequencer(wiring.Component):
                     self.wait_pop_prev.eq(h.pop_prev & ~self.prev.pop_ready),
                     self.wait_pop_next.eq(h.pop_next & ~self.next.pop_ready),
                 ]
-                with m.If(pops_ready & ~self.halt):
+                with m.If(pops_ready & ~self.halt & self.ready):
                     m.d.comb += [self.prev.pop.eq(h.pop_prev), self.next.pop.eq(h.pop_next), self.start.eq(1)]
                     m.next = "EXECUTE"
             with m.State("EXECUTE"):
@@ -121,6 +127,8 @@ class Sequencer(wiring.Component):
                         m.next = "IDLE"
                     with m.Else():
                         m.next = "PUSH"
+                with m.Elif(self.released & ~h.push_next):
+                    m.next = "PUSH"
             with m.State("PUSH"):
                 m.d.comb += [
                     self.busy.eq(1),

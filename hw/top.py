@@ -45,6 +45,15 @@ READ_CLIENTS = ("fetch", "load", "compute")
 
 #: ARID/AWID width of the DRAM port.
 AXI_ID_WIDTH = ReadArbiter.id_bits(len(READ_CLIENTS))
+#: The load stream's longest read burst: the compute stream's small LOADs (micro-ops, biases), which the
+#: arbiter serves first, then wait behind at most `outstanding` such bursts (memory answers in order).
+LOAD_BURST_BEATS = 32
+
+
+def read_first(cfg):
+    """The read client the arbiter serves before the others: the compute stream's loader (None with
+    ``lean``, where one reader serves everyone)."""
+    return None if cfg.lean else READ_CLIENTS.index("compute")
 #: Byte address width of the accelerator's AXI port unless a SoC narrows it to its memory.
 AXI_ADDR_WIDTH = 32
 
@@ -179,9 +188,9 @@ class Datapath(wiring.Component):
 
         # -- AXI: the readers share AR/R, the store stream owns AW/W/B ----------------
         # A RowReader for fetch and for each loader, or with `lean` one they all take turns on.
-        def row_reader(name):
+        def row_reader(name, **options):
             m.submodules[f"{name}_reader"] = reader = RowReader(addr_width=aw, data_width=c.dram_bus_width,
-                                                                lean=c.lean)
+                                                                lean=c.lean, **options)
             return reader
         if c.lean:
             reader = row_reader("shared")
@@ -193,11 +202,12 @@ class Datapath(wiring.Component):
         else:
             readers = {}
             for name, unit in (("fetch", fetch), ("load", loaders["load"]), ("compute", loaders["compute"])):
-                reader = row_reader(name)
+                reader = row_reader(name, **({"max_beats": LOAD_BURST_BEATS} if name == "load" else {}))
                 attach_reader(m, unit.read, reader)
                 readers[name] = reader.axi
         m.submodules.arbiter = arbiter = ReadArbiter(count=len(READ_CLIENTS), addr_width=aw,
-                                                     data_width=c.dram_bus_width)
+                                                     data_width=c.dram_bus_width,
+                                                     first=read_first(c))
         for k, name in enumerate(READ_CLIENTS):
             if name in readers:      # (with lean fetch's reader is everyone's)
                 wiring.connect(m, readers[name], arbiter.clients()[k])

@@ -40,7 +40,7 @@ from tilewright.hw.arbiter import ReadArbiter
 from tilewright.hw.dma import RowReader, RowWriter, _BurstSplitter, _LeanBurstSplitter
 from tilewright.hw.sequencer import Sequencer
 from tilewright.hw.token_queue import TokenQueue
-from tilewright.hw.top import AXI_ADDR_WIDTH as ADDR_WIDTH, READ_CLIENTS
+from tilewright.hw.top import AXI_ADDR_WIDTH as ADDR_WIDTH, READ_CLIENTS, read_first
 
 from .formal import prove
 
@@ -108,11 +108,15 @@ class ArbiterFairness(_Harness):
     A ghost counter per requester counts the others' requests accepted while
     it waits; with the rotation steps the grant still needs to reach it, that
     never exceeds ``count - 1``, which bounds the wait and makes the bound inductive.
+    With a ``first`` client, that one is granted at the first choice after it
+    asks, and the others are bounded the same way among themselves (the
+    first's grants not counted, and the rotation read from the arbiter's turn).
     """
 
-    def __init__(self, *, count=len(READ_CLIENTS), addr_width=ADDR_WIDTH, data_width=32, arbiter=ReadArbiter):
-        self.count = count
-        super().__init__(arbiter=arbiter(count=count, addr_width=addr_width, data_width=data_width))
+    def __init__(self, *, count=len(READ_CLIENTS), addr_width=ADDR_WIDTH, data_width=32, arbiter=ReadArbiter,
+                 first=None):
+        self.count, self.first = count, first
+        super().__init__(arbiter=arbiter(count=count, addr_width=addr_width, data_width=data_width, first=first))
 
     def check(self, m):
         arb = self.parts["arbiter"]
@@ -131,14 +135,36 @@ class ArbiterFairness(_Harness):
                 m.d.comb += Assert(~c.arready, "only the granted requester sees ready")
             m.d.comb += Assert(~(c.arready & Cat(*others).any()), "one requester granted at a time")
 
+            # Requests of the others accepted while this one waits (with a `first` client, of the others
+            # but `first`, which goes ahead of everyone and is counted only while it waits itself).
             passed_over = Signal(range(2 * n), name=f"c{k}_passed_over")
+            counted = accepted if self.first is None or k == self.first else accepted & (bus.arid != self.first)
             with m.If(~c.arvalid | c.arready):
                 m.d.sync += passed_over.eq(0)
-            with m.Elif(accepted):
+            with m.Elif(counted):
                 m.d.sync += passed_over.eq(passed_over + 1)
-            to_go = Mux(bus.arid <= k, k - bus.arid, k + n - bus.arid)
+            if k == self.first:
+                with m.If(c.arvalid):
+                    m.d.comb += Assert((passed_over == 0) | ((passed_over == 1) & (bus.arid == k)),
+                                       f"requester {k} goes first")
+                continue
+            if self.first is None:
+                to_go = Mux(bus.arid <= k, k - bus.arid, k + n - bus.arid)
+                with m.If(c.arvalid):
+                    m.d.comb += Assert(passed_over + to_go <= n - 1, f"requester {k} is granted before {n} others")
+                continue
+            # With `first`: the others take turns. `to_go` counts those (`first` takes no turn) from the one
+            # last served in turn to this one, all of them if this one was: it asks afresh; `pending`, a
+            # request in turn on the bus, which will be accepted without the turn moving.
+            turn, others_in_turn = arb.turn, n - 1
+            steps = Mux(turn <= k, k - turn, k + n - turn)
+            to_first = Mux(turn <= self.first, self.first - turn, self.first + n - turn)
+            to_go = Mux(turn == k, Mux(bus.arid == k, 0, others_in_turn),
+                        steps - ((to_first != 0) & (to_first < steps)))
+            pending = bus.arvalid & (bus.arid == turn) & (turn != k)
             with m.If(c.arvalid):
-                m.d.comb += Assert(passed_over + to_go <= n - 1, f"requester {k} is granted before {n} others")
+                m.d.comb += Assert(passed_over + to_go + pending <= others_in_turn,
+                                   f"requester {k} is granted before {others_in_turn} others but the first")
 
 
 class TokensPushedFirst(wiring.Component):
@@ -193,8 +219,9 @@ def formal_properties(cfg):
                        tuple((part, functools.partial(AxiStability, part, data_width=cfg.dram_bus_width,
                                                       elem_bytes=out_bytes, lean=cfg.lean))
                              for part in ("reader", "writer"))),
-        FormalProperty("arbiter_fair", "the read arbiter grants one at a time and starves none",
-                       (("arbiter", lambda: ArbiterFairness(data_width=cfg.dram_bus_width)),)),
+        FormalProperty("arbiter_fair", "the read arbiter grants one at a time, the compute stream's loads "
+                       "first, and serves the others in turn",
+                       (("arbiter", lambda: ArbiterFairness(data_width=cfg.dram_bus_width, first=read_first(cfg))),)),
         FormalProperty("tokens_pushed_first", "no stream pops a dependency token before it is pushed",
                        (("sequencer", lambda: TokensPushedFirst(cfg=cfg)),)),
     ]

@@ -131,11 +131,13 @@ class RoutingMonitor:
                 self.blocked[rid] += 1
 
 
-def simulate(clients_reads, *, seed, model_ready=0.7, model_valid=0.7, issue=0.5, ready=0.7, stalls=None):
-    """Runs one client per entry of ``clients_reads``; returns (memory, model, monitor, clients)."""
+def simulate(clients_reads, *, seed, model_ready=0.7, model_valid=0.7, issue=0.5, ready=0.7, stalls=None,
+             first=None, watch=None):
+    """Runs one client per entry of ``clients_reads`` (client ``first`` served first); returns (memory,
+    model, monitor, clients). ``watch(ctx, dut)`` is one more async process."""
     rng = random.Random(seed)
     memory = bytearray(rng.randbytes(MEM_BYTES))
-    dut = ReadArbiter(count=len(clients_reads), addr_width=ADDR_WIDTH, data_width=DATA_WIDTH)
+    dut = ReadArbiter(count=len(clients_reads), addr_width=ADDR_WIDTH, data_width=DATA_WIDTH, first=first)
     model = AxiSubordinate(memory, bus_bytes=BUS_BYTES, rng=random.Random(seed + 1), ready=model_ready,
                            valid=model_valid, interleave=True)
     stalls = stalls or {}
@@ -150,6 +152,10 @@ def simulate(clients_reads, *, seed, model_ready=0.7, model_valid=0.7, issue=0.5
     sim.add_process(monitor.process)
     for client in clients:
         sim.add_testbench(client.testbench())
+    if watch is not None:
+        async def process(ctx):
+            await watch(ctx, dut)
+        sim.add_process(process)
     sim.run()
     return memory, model, monitor, clients
 
@@ -213,3 +219,34 @@ def test_no_starvation(count):
             others = sum(1 for edge, id in grants if first <= edge < granted and id != k)
             assert others <= count - 1, \
                 f"client {k} waited from edge {first} to {granted} while others got {others} grants"
+
+
+@pytest.mark.parametrize("first", [0, 2])
+def test_first_client_is_served_next(first):
+    """A ``first`` client (the compute stream's loader) is granted at the first choice after it asks:
+    no other client's request reaches the bus newly while it was waiting; the others still share the
+    rest round robin, and everyone gets their own data."""
+    overtaken = []              # edges at which another client's AR newly reached the bus while `first` waited
+    served = [0]
+
+    async def watch(ctx, dut):
+        clients, bus = dut.clients(), dut.bus
+        before = None
+        async for _, _, arvalid, arid, arready, waiting in ctx.tick().sample(
+                bus.arvalid, bus.arid, bus.arready, clients[first].arvalid):
+            if arvalid and arid == first and arready:
+                served[0] += 1
+            if before is not None:
+                b_arvalid, b_arid, b_arready, b_waiting = before
+                held = b_arvalid and not b_arready
+                newly = arvalid and not (b_arvalid and b_arid == arid and not b_arready)
+                if newly and arid != first and b_waiting and not held and not (b_arvalid and b_arid == first):
+                    overtaken.append(arid)
+            before = (arvalid, arid, arready, waiting)
+
+    rng = random.Random(11 + first)
+    reads = [random_reads(rng, 30) for _ in range(3)]
+    memory, _, _, clients = simulate(reads, seed=5, issue=0.6, ready=1, model_ready=0.4, model_valid=1,
+                                     first=first, watch=watch)
+    check_data(memory, clients)
+    assert served[0] == 30 and not overtaken, overtaken

@@ -85,11 +85,12 @@ def row_words(transfer, bus_bytes):
             for word in range(start // B * B, start + transfer.row_bytes, B)]
 
 
-def min_bursts(transfer, bus_bytes, *, lean=False):
+def min_bursts(transfer, bus_bytes, *, lean=False, max_beats=MAX_BURST_BEATS):
     """Fewest legal bursts for the transfer: one per 4 KiB page a row touches, each page's piece
-    split further into 256-beat bursts. ``lean``: one per aligned block of LEAN_BURST_BEATS beats."""
+    split further into bursts of ``max_beats`` (256, AXI's limit, unless less is asked for).
+    ``lean``: one per aligned block of LEAN_BURST_BEATS beats."""
     page = LEAN_BURST_BEATS * bus_bytes if lean else BOUNDARY_BYTES
-    longest = LEAN_BURST_BEATS if lean else MAX_BURST_BEATS
+    longest = LEAN_BURST_BEATS if lean else max_beats
     count = 0
     for start in transfer.row_starts():
         words = range(start // bus_bytes * bus_bytes, start + transfer.row_bytes, bus_bytes)
@@ -440,8 +441,8 @@ def deadline(transfer, bus_bytes, elem_bytes):
 class ReadPath(Elaboratable):
     """RowReader feeding an ElementPacker, wired as in hw/padded_load.py."""
 
-    def __init__(self, *, bus_bytes, elem_bytes, lean=False):
-        self.reader = RowReader(addr_width=ADDR_WIDTH, data_width=bus_bytes * 8, lean=lean)
+    def __init__(self, *, bus_bytes, elem_bytes, lean=False, max_beats=MAX_BURST_BEATS):
+        self.reader = RowReader(addr_width=ADDR_WIDTH, data_width=bus_bytes * 8, lean=lean, max_beats=max_beats)
         self.packer = ElementPacker(elem_bytes=elem_bytes, bus_bytes=bus_bytes)
 
     def elaborate(self, platform):
@@ -463,14 +464,14 @@ class Result:
 
 
 def simulate_reads(transfers, *, bus_bytes, elem_bytes, seed, ready=0.7, valid=0.7, consumer=0.7,
-                   error_ranges=(), lean=False):
+                   error_ranges=(), lean=False, max_beats=MAX_BURST_BEATS):
     """Runs ``transfers`` one after another through a ReadPath over random memory, each started
     once the previous one has delivered every element and dropped ``busy``.
 
     Returns (memory, model, results)."""
     rng = random.Random(seed)
     memory = bytearray(rng.randbytes(MEM_BYTES))
-    dut = ReadPath(bus_bytes=bus_bytes, elem_bytes=elem_bytes, lean=lean)
+    dut = ReadPath(bus_bytes=bus_bytes, elem_bytes=elem_bytes, lean=lean, max_beats=max_beats)
     reader, packer = dut.reader, dut.packer
     model = AxiSubordinate(memory, bus_bytes=bus_bytes, rng=random.Random(seed + 1), ready=ready,
                            valid=valid, error_ranges=error_ranges)
@@ -520,12 +521,13 @@ def check_elements(memory, transfers, results, elem_bytes):
                                  f"expected {want[bad]:#x}")
 
 
-def check_requests(model, transfers, bus_bytes, *, lean=False):
+def check_requests(model, transfers, bus_bytes, *, lean=False, max_beats=MAX_BURST_BEATS):
     """The bursts cover exactly the bus words the rows touch, in row order, with no more bursts
-    than the 256-beat and 4 KiB limits demand."""
+    than the ``max_beats`` and 4 KiB limits demand."""
     requested = [burst.addr + i * bus_bytes for burst in model.requests for i in range(burst.beats)]
     assert requested == [word for t in transfers for word in row_words(t, bus_bytes)]
-    assert len(model.requests) == sum(min_bursts(t, bus_bytes, lean=lean) for t in transfers)
+    assert len(model.requests) == sum(min_bursts(t, bus_bytes, lean=lean, max_beats=max_beats) for t in transfers)
+    assert max(burst.beats for burst in model.requests) <= max_beats
 
 
 @pytest.mark.parametrize("lean", [False, True], ids=["", "lean"])
@@ -541,6 +543,18 @@ def test_read_random_transfers(bus_bytes, elem_bytes, lean):
     check_elements(memory, transfers, results, elem_bytes)
     check_requests(model, transfers, bus_bytes, lean=lean)
     assert not any(r.error for r in results)
+
+
+@pytest.mark.parametrize("max_beats", [1, 5, 32])
+def test_read_bursts_no_longer_than_asked(max_beats):
+    """A reader asked for bursts of at most ``max_beats`` (the accelerator's load stream, so that the
+    compute stream's small reads do not queue behind long ones) splits rows there too, and only there."""
+    rng = random.Random(max_beats)
+    transfers = random_transfers(rng, bus_bytes=16, elem_bytes=16, count=12)
+    memory, model, results = simulate_reads(transfers, bus_bytes=16, elem_bytes=16, seed=max_beats,
+                                            max_beats=max_beats)
+    check_elements(memory, transfers, results, 16)
+    check_requests(model, transfers, 16, max_beats=max_beats)
 
 
 EDGE_SHAPES = [(4, 4), (16, 64), (8, 2)]

@@ -9,11 +9,13 @@ instruction, which the bench tracks from the handshakes it has seen:
   command moves to *pop* unless ``halt`` is high, and stays at the head of
   the queue (``cmd.ready`` low) until it leaves.
 * **pop**: ``start`` (with one pop on each queue the flags name, all in the
-  same cycle) exactly when every named queue has a token and ``halt`` is
-  low; ``wait_pop_*`` high exactly while a named queue is empty.
+  same cycle) exactly when every named queue has a token, ``halt`` is low
+  and the executor is ``ready``; ``wait_pop_*`` high exactly while a named queue is empty.
 * **exec** (after ``start``): nothing but ``busy``/``executing`` until the
   executor's ``done``; with an error, ``fault`` and ``cmd.ready`` (the
-  command leaves), then idle and no push ever.
+  command leaves), then idle and no push ever. An instruction the executor
+  ``released`` that pushes nothing to the next stage goes on to *push*
+  without waiting for ``done``.
 * **push**: one push on each named queue, all in the same cycle, exactly
   when every named queue has room (``retired`` and ``cmd.ready`` with it); ``wait_push_*`` high
   exactly while a named queue is full.
@@ -61,6 +63,7 @@ class Trace:
     pushes: list = dataclasses.field(default_factory=list)
     faults: list = dataclasses.field(default_factory=list)        # (cycle, index)
     retired: list = dataclasses.field(default_factory=list)
+    released: list = dataclasses.field(default_factory=list)     # (cycle, index): retiring before done
 
 
 def random_level(p_change, p_high):
@@ -75,7 +78,7 @@ def random_level(p_change, p_high):
 
 
 def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=None, offer=None,
-                  seed=0, max_cycles=5000):
+                  executor_ready=None, released=None, seed=0, max_cycles=5000):
     """Run ``commands`` ((word, index) pairs) through a Sequencer while checking the contract each cycle.
 
     ``tokens[name](cycle, rng)`` gives ``prev_pop``, ``next_pop``, ``prev_push``
@@ -93,6 +96,8 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
     exec_cycles = exec_cycles or (lambda k: rng.randint(1, 4))
     errors = errors or (lambda k: 0)
     offer = offer or (lambda cycle, rng: rng.random() < 0.7)
+    executor_ready = executor_ready or always(True)
+    released = released or always(False)
     dut = Sequencer(insn_layout=isa.instruction_layouts(TINY)["header"])
     trace = Trace()
 
@@ -115,6 +120,11 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             ctx.set(dut.next.push_ready, ready["next_push"])
             halted = bool(halt(cycle, rng))
             ctx.set(dut.halt, halted)
+            # (an executor releases only an instruction it will not fail)
+            can_start = bool(executor_ready(cycle, rng))
+            let_go = bool(released(cycle, rng)) and not (phase == "exec" and error)
+            ctx.set(dut.ready, can_start)
+            ctx.set(dut.released, let_go)
             done = phase == "exec" and countdown == 0
             ctx.set(dut.done, done)
             # Outside done the error input is noise the sequencer must ignore.
@@ -131,7 +141,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             if phase == "idle":
                 expect |= {"blocked": offered is None}
             elif phase == "pop":
-                go = pops_ready and not halted
+                go = pops_ready and not halted and can_start
                 expect |= {"busy": 1, "blocked": not pops_ready, "start": go,
                            "pop_prev": go and flags["pop_prev"], "pop_next": go and flags["pop_next"],
                            "wait_pop_prev": flags["pop_prev"] and not ready["prev_pop"],
@@ -151,7 +161,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             if current is not None:
                 assert ctx.get(dut.insn.as_value()) == current[0] and ctx.get(dut.index) == current[1], \
                     "insn and index hold the current command"
-            trace.cycles.append({"phase": phase, "halt": halted, **ready, **got})
+            trace.cycles.append({"phase": phase, "halt": halted, "executor_ready": can_start, **ready, **got})
             # -- advance the model by what the edge sees ---------------------------
             if phase == "idle" and offered is not None and not halted:
                 current, k, phase = offered, k + 1, "pop"
@@ -167,6 +177,9 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
                     phase, current, offered = "idle", None, None
                 else:
                     phase = "push"
+            elif phase == "exec" and let_go and not flags["push_next"]:
+                trace.released.append((cycle, current[1]))
+                phase = "push"
             elif phase == "exec":
                 countdown -= 1
             elif phase == "push" and got["retired"]:
@@ -197,7 +210,8 @@ def from_cycle(first):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_random_traffic_follows_the_contract(seed):
-    """Random flags, token availability, executor latency, errors and halt: every cycle obeys the contract.
+    """Random flags, token availability, executor latency, readiness and early releases, errors and halt:
+    every cycle obeys the contract.
 
     Every command is taken once, in order; those without an error retire
     with exactly the pushes their flags name; those with one fault and push
@@ -207,7 +221,10 @@ def test_random_traffic_follows_the_contract(seed):
     commands = [command(rng, 1000 + k) for k in range(60)]
     errors = {k: rng.choice([0, 0, 0, rng.randint(1, 15)]) for k in range(60)}
     halt = random_level(0.15, 0.25)
-    trace = run_sequencer(commands, errors=errors.get, halt=halt, seed=seed)
+    executor = {} if seed % 2 else {"executor_ready": random_level(0.3, 0.7),
+                                    "released": lambda cycle, rng: rng.random() < 0.3}
+    trace = run_sequencer(commands, errors=errors.get, halt=halt, seed=seed, exec_cycles=lambda k: rng.randint(1, 6),
+                          **executor)
     indices = [index for _, index in commands]
     assert [i for _, i in trace.taken] == indices and [i for _, i in trace.started] == indices
     assert [i for _, i in trace.faults] == [1000 + k for k in range(60) if errors[k]]
@@ -225,6 +242,10 @@ def test_random_traffic_follows_the_contract(seed):
     for name in ("wait_pop_prev", "wait_pop_next", "wait_push_prev", "wait_push_next"):
         assert sum(c[name] for c in trace.cycles) > 0, name
     assert any(c["halt"] and c["phase"] == "pop" for c in trace.cycles)
+    if executor:        # ... and on the executor, which also released instructions early
+        released = {i for _, i in trace.released}
+        assert released and not any(flags_of(w)["push_next"] for w, i in commands if i in released)
+        assert any(c["phase"] == "pop" and not c["executor_ready"] for c in trace.cycles)
 
 
 # -- scripted scenarios ---------------------------------------------------------------
