@@ -166,7 +166,7 @@ class Board:
 
 BOARDS = {b.name: b for b in [
     Board("ulx3s-85f", "ULX3S (LFE5U-85F, CABGA381, speed 6)", "ecp5", "amaranth_boards.ulx3s:ULX3S_85F_Platform",
-          config="small", freq_mhz=25, mem_bytes=128 * 1024, baud=protocol.DEFAULT_BAUD,
+          config="slim", freq_mhz=25, mem_bytes=128 * 1024, baud=protocol.DEFAULT_BAUD,
           resources={"LUT": 83640, "FF": 83640, "DSP": 156, "BRAM": 208}),
     Board("ulx3s-45f", "ULX3S (LFE5U-45F, CABGA381, speed 6)", "ecp5", "amaranth_boards.ulx3s:ULX3S_45F_Platform",
           config="compact", freq_mhz=25, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,

@@ -90,7 +90,11 @@ def _run(args, *, cwd, log, what, progress, tail=None, heartbeat=30.0, watch=Non
                 progress(f"  {what}: {time.monotonic() - start:.0f} s  {_last_line(cwd / (tail or log))}")
     seconds = time.monotonic() - start
     if proc.returncode != 0:
-        raise BuildError(f"{what} failed after {seconds:.0f} s: {_last_error(cwd / log)} (log {cwd / log})")
+        # (the error as the tool's own log names it, when it does: with -q its output may hold nothing)
+        named = [path for path in (cwd / (tail or log), cwd / log)
+                 if path.exists() and "ERROR" in path.read_text(errors="replace")]
+        path = named[0] if named else cwd / log
+        raise BuildError(f"{what} failed after {seconds:.0f} s: {_last_error(path)} (log {path})")
     return seconds
 
 
@@ -142,9 +146,18 @@ def _overused(log_path, family, *, lone_ffs=0):
     return None
 
 
-def _has_error(log_path):
-    """Whether a tool's log names an error (a tool that quits without one may be retried another way)."""
-    return log_path.exists() and "ERROR" in log_path.read_text(errors="replace")
+def _abc9_failed(log_path):
+    """Whether Yosys stopped inside ABC9 (its mapping or putting the mapped design back), silently or on
+    an assertion (YoWASP's Yosys 0.70 asserts in ``abc_ops_reintegrate`` on some designs): the classic
+    mapper may still map the design."""
+    if not log_path.exists():
+        return True
+    text = log_path.read_text(errors="replace")
+    error = text.find("ERROR")
+    if error < 0:
+        return True
+    section = text.rfind("Executing ", 0, error)
+    return section >= 0 and any(name in text[section:error] for name in ("ABC9", "ABC_OPS_REINTEGRATE", "AIGER"))
 
 
 def _link(source, target):
@@ -360,7 +373,7 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
 
 def synthesise(family, out, *, prelude="", progress=print):
     """Yosys on ``out/top.il`` (module ``top``) into ``out/top.json`` and ``out/stat.json``: ``prelude``,
-    then the family's flow, and ABC's classic LUT mapper when ABC9 quits without an error. Returns
+    then the family's flow, and ABC's classic LUT mapper when ABC9 quits or asserts. Returns
     (seconds, the LUT mapper used)."""
     progress("  synthesizing (Yosys)")
     seconds = 0
@@ -372,10 +385,11 @@ def synthesise(family, out, *, prelude="", progress=print):
                             cwd=out, log="synth.stdout", tail="synth.log", what="Yosys", progress=progress)
             return seconds, "abc9" if attempt == 0 else "abc"
         except BuildError:
-            if attempt + 1 == len(commands) or _has_error(out / "synth.log"):
+            if attempt + 1 == len(commands) or not _abc9_failed(out / "synth.log"):
                 raise
             (out / "synth.log").replace(out / "synth.abc9.log")
-            progress("  ABC9 stopped without a message; mapping LUTs again with ABC's classic mapper")
+            progress(f"  ABC9 stopped ({_last_error(out / 'synth.abc9.log')}); "
+                     "mapping LUTs again with ABC's classic mapper")
 
 
 def _place_and_route(board, platform, report, out, achieved_clock, started, progress):

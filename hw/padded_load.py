@@ -173,14 +173,17 @@ class PaddedLoad(wiring.Component):
         with m.If(direct):
             m.d.comb += reader.beats.ready.eq(writing & in_data)
 
-        # Writes leave through registers: the SRAMs (spread over many block RAMs) see no logic.
+        # Writes leave through registers: the SRAMs (spread over many block RAMs) see no logic but the choice
+        # of the memory type, by a registered one-hot (`selected` comes from the instruction, which a
+        # shared loader selects: on the ECP5 the longest path to the block RAMs).
         w_en = Signal()
+        w_selected = Signal.like(selected, reset_less=True)
         w_addr = Signal.like(addr, reset_less=True)
         w_word = Signal(B * 8, reset_less=True)        # the element or beat; 0 in the padding
         w_part = Signal.like(part, reset_less=True)
         w_whole = Signal(reset_less=True)              # the whole entry (padding, or an element that fits a beat)
-        m.d.sync += [w_en.eq(write_now), w_addr.eq(addr), w_word.eq(Mux(in_data, word, 0)), w_part.eq(part),
-                     w_whole.eq(~in_data | per_type([n == 1 for n in slices]))]
+        m.d.sync += [w_en.eq(write_now), w_selected.eq(selected), w_addr.eq(addr), w_part.eq(part),
+                     w_word.eq(Mux(in_data, word, 0)), w_whole.eq(~in_data | per_type([n == 1 for n in slices]))]
         for b in self.buffers:
             port = getattr(self, f"write_{b}")
             port_slices = load_slices(self.cfg, b)
@@ -199,8 +202,8 @@ class PaddedLoad(wiring.Component):
                     datas.append(entry.replicate(len(port.data.as_value()) // len(entry)))
                     per_slice = port_slices // slices[k]
                     masks.append(Mux(w_whole, (1 << port_slices) - 1, ((1 << per_slice) - 1) << (w_part * per_slice)))
-            m.d.comb += [port.addr.eq(w_addr), port.data.eq(per_type(datas)),
-                         port.en.eq(Mux(w_en, per_type(masks), 0))]
+            m.d.comb += [port.addr.eq(w_addr), port.data.eq(one_of(w_selected, datas)),
+                         port.en.eq(Mux(w_en, one_of(w_selected, masks), 0))]
 
         m.d.comb += [
             reader.cmd.payload.addr.eq(per_type([insn.dram_base << s for s in shifts])),

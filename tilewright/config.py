@@ -12,7 +12,8 @@ preset     GEMM      use
 =========  ========  ==============================================
 pico       1×1×1     the smallest that runs compiled models: Gowin GW1NR-9
 tiny       1×4×4     fast unit tests, iCE40-class parts
-small      1×8×8     CI RTL regressions, ECP5-85F
+small      1×8×8     CI RTL regressions
+slim       1×8×8     ECP5-85F: small the small-FPGA way (lean loaders, two ALU lanes, the ALU requantizes)
 compact    1×8×8     ECP5-45F: half small's accumulators, 40 products in logic
 medium     1×16×16   ECP5-85F: its block RAM, and logic for the products its DSPs cannot hold
 default    1×16×16   benchmarks; VTA's default buffer sizes
@@ -322,6 +323,14 @@ PRESETS = {
         name="small", batch=1, block_in=8, block_out=8,
         uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
         acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64),
+    # `small` as an FPGA board wants it: its on-chip memory serves one burst at a time (lean loaders lose
+    # nothing), and the ALU takes the requantizing in two lanes instead of 8 requantizing STORE lanes and a
+    # third accumulator port. 70 MULT18X18D; it places and routes on the 85F, which `small` did not.
+    "slim": HwConfig(
+        name="slim", batch=1, block_in=8, block_out=8,
+        uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
+        acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64,
+        vector_lanes=2, lean=True, requant_store=False),
     # The 45F has 72 MULT18X18D (ALU 8 lanes x 3, requantize 8 x 2, range checks 3: 24 GEMM products fit)
     # and 108 DP16KD (each accumulator read port is 8 of them per 512 entries).
     "compact": HwConfig(

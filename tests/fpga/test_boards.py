@@ -11,7 +11,7 @@ import pytest
 
 from tilewright.cli import main
 from tilewright.fpga.boards import BOARDS, BoardError, ecp5_pll, get_board, ice40_pll
-from tilewright.fpga.build import lone_flip_flops
+from tilewright.fpga.build import BuildError, lone_flip_flops, synthesise
 from tilewright.fpga.soc import BoardTop
 
 
@@ -222,3 +222,23 @@ def test_a_gowin_log_without_the_packers_figures_yet_is_no_misfit(tmp_path):
     log.write_text(log.read_text().replace("6000/", "6300/"))
     assert _overused(log, "gowin", lone_ffs=2429) == (
         "LUT4 sites (with 2429 for flip-flops no LUT of theirs feeds)", 8729, 8640)
+
+
+@pytest.mark.parametrize("failing_pass,retried", [("ABC_OPS_REINTEGRATE pass", True), ("ABC9", True),
+                                                  ("PROC pass", False)])
+def test_synthesis_retries_with_the_classic_mapper_only_when_abc9_fails(failing_pass, retried, tmp_path, monkeypatch):
+    """YoWASP's Yosys sometimes asserts (or quits silently) inside ABC9 on a design the classic LUT mapper
+    maps; an error anywhere else is the design's and is reported as it is."""
+    monkeypatch.setenv("YOSYS", _fake_tool(tmp_path / "yosys", (
+        "script = sys.argv[sys.argv.index('-p') + 1]\n"
+        "log = open(sys.argv[sys.argv.index('-l') + 1], 'w')\n"
+        "if 'abc -lut' not in script:\n"
+        f"    log.write('2.46.18.7. Executing {failing_pass}.\\nERROR: Assert failed in rtlil.cc\\n'); sys.exit(1)\n"
+        "open('stat.json', 'w').write('{}'); open('top.json', 'w').write('{}')\n")))
+    (tmp_path / "top.il").write_text("")
+    if retried:
+        _, mapper = synthesise("ecp5", tmp_path, progress=lambda line: None)
+        assert mapper == "abc" and "Assert" in (tmp_path / "synth.abc9.log").read_text()
+    else:
+        with pytest.raises(BuildError, match="Assert failed"):
+            synthesise("ecp5", tmp_path, progress=lambda line: None)

@@ -16,7 +16,7 @@ from tilewright.sim.rtl import Job, run_programs
 from ..words import ILLEGAL_OPCODES, opcode_only, with_reserved_bit
 
 DRAM_BYTES = 1 << 16
-RANDOM_PROGRAMS = {"pico": 40, "tiny": 120, "small": 100, "compact": 30, "medium": 30}
+RANDOM_PROGRAMS = {"pico": 40, "tiny": 120, "small": 100, "slim": 30, "compact": 30, "medium": 30}
 
 
 @pytest.mark.parametrize("config", list(RANDOM_PROGRAMS))
