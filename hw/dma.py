@@ -115,8 +115,8 @@ class _Splitter(wiring.Component):
     """The ports every burst splitter has: a transfer command in; per burst, an address ``request`` and
     a ``burst`` descriptor out (produced together); ``busy`` while a transfer is being split."""
 
-    def __init__(self, *, addr_width, bus_bytes, max_beats=MAX_BURST_BEATS):
-        self.bus_bytes, self.max_beats = bus_bytes, max_beats
+    def __init__(self, *, addr_width, bus_bytes):
+        self.bus_bytes = bus_bytes
         self.bits = addr_width + 1
         super().__init__({
             "cmd": In(stream.Signature(TransferLayout(addr_width))),
@@ -177,8 +177,12 @@ class _BurstSplitter(_Splitter):
     next state for either outcome is computed beside the compares that pick
     it, so no adder waits for a compare. Everything a new row needs (its
     address, its beat count) is ready while the row before it is split; a
-    command is latched, then spends two cycles in set-up.
+    command is latched, then spends two cycles in set-up. ``max_beats`` lowers the AXI limit.
     """
+
+    def __init__(self, *, addr_width, bus_bytes, max_beats=MAX_BURST_BEATS):
+        self.max_beats = max_beats
+        super().__init__(addr_width=addr_width, bus_bytes=bus_bytes)
 
     def elaborate(self, platform):
         m = Module()
