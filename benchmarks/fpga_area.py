@@ -99,6 +99,9 @@ def main(argv=None):
     parser.add_argument("--timing", type=float, metavar="MHZ",
                         help="also place and route each unit out of context (ECP5) at MHZ; report Fmax")
     parser.add_argument("--json", type=Path, help="output file (default benchmarks/results/fpga_area_<family>_<config>.json)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep each unit's netlist and tool logs in DIR/UNIT (nextpnr's full critical path "
+                             "is in its pnr.log)")
     args = parser.parse_args(argv)
     if args.timing is not None and (args.family != "ecp5" or args.timing <= 0):
         parser.error("--timing takes a positive clock in MHz and needs --family ecp5")
@@ -116,8 +119,10 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.units:
             start = time.monotonic()
+            workdir = args.keep / name if args.keep else Path(tmp)
+            workdir.mkdir(parents=True, exist_ok=True)
             try:
-                line = _measure(name, UNITS[name](cfg, addr_width), args, Path(tmp), result["units"])
+                line = _measure(name, UNITS[name](cfg, addr_width), args, workdir, result["units"])
             except (BuildError, subprocess.CalledProcessError) as exc:       # (Yosys, nextpnr): report, go on
                 failed += 1
                 result["units"][name] = {"error": str(exc) if isinstance(exc, BuildError) else

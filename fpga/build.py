@@ -245,6 +245,9 @@ _CLASSIC_LUTS = {
     "ecp5": "synth_ecp5 -top top -run begin:map_luts; techmap -map +/lattice/latches_map.v; abc -lut 4 -dress; "
             "clean; synth_ecp5 -top top -run map_cells:",
     "gowin": "synth_gowin -top top -run begin:map_luts; abc -lut 4 -dress; clean; synth_gowin -top top -run map_cells:",
+    "ice40": f"{SYNTH['ice40']} -top top -run begin:map_luts; techmap -map +/ice40/latches_map.v; abc -lut 4 -dress; "
+             f"ice40_wrapcarry -unwrap; techmap -map +/ice40/ff_map.v; clean; opt_lut -tech ice40; "
+             f"{SYNTH['ice40']} -top top -run map_cells:",
 }
 
 

@@ -7,23 +7,26 @@ accumulator through the same two read ports and one write port.
 GEMM pipeline (one micro-op enters per cycle, no stalls)::
 
     S0 uop read, registered · S1 indices, inp/wgt read · S2 range check, inp/wgt registered
-    · S3 products · tree levels (registered, log2(block_in) of them) · acc += sum, write
+    · S3 products · tree levels (registered, log2(block_in) of them) · acc += sum · write register
 
 ALU pipeline (one micro-op per ``vector_passes`` cycles — one per cycle when
 every accumulator lane has its own ALU — plus a cycle or more when a micro-op
 ahead of it writes its operand)::
 
     S0 uop read, registered · S1 indices, acc[dst] and acc[src] read · S2 range check,
-    operands registered · S3 op, vector_width lanes a cycle · S4 write (the row, or each slice's lanes)
+    operands registered · S3 op, vector_width lanes a cycle · S4 result (the row, or a slice)
+    · write register
 
 Every SRAM read is registered before logic uses it: a block RAM's
 clock-to-out is more than half a 100 MHz cycle on the ECP5. The
 accumulator rows a GEMM adds to are read two cycles before the write,
-through ports transparent to the write port, and the row written in
-between is forwarded into the register, so back-to-back GEMM micro-ops on
-one row need no stall and no software help. An ALU of one pass forwards its
-S4 result into S2's operands. Every result is also written, narrowed to the output
-width, to OUT.
+through ports transparent to the write port, and the rows written in
+between (being summed, in the write register) are forwarded into the
+register, so back-to-back GEMM micro-ops on one row need no stall and no
+software help. An ALU of one pass forwards its S4 result and the write
+register into S2's operands. Every result is also written, narrowed to the
+output width, to OUT. ACC and OUT are written from a register (their block
+RAMs are spread over a large FPGA).
 """
 
 from amaranth import C, Cat, Module, Mux, Signal, signed
@@ -333,12 +336,23 @@ class ComputeCore(wiring.Component):
         g_result = Signal(self.acc_shape)
         for lane, total in enumerate(sums):
             m.d.comb += g_result[lane].eq(Mux(g_reset, 0, Mux(g_overwrite, 0, acc_row[lane]) + total))
-        with m.If(g_valid & (g_dst == acc_dst)):
-            m.d.sync += acc_row.eq(g_result)
-        with m.Else():
-            m.d.sync += acc_row.eq(self.acc_read_a.data)
+        # The row read for the micro-op behind misses the two writes ahead of it: the one computed now
+        # (`g_result`) and the one in the write register (`wr_data`, written this cycle). Which rows match
+        # is compared a cycle ahead, between the stages that will hold them.
+        from_g = pipe(m, ctrl[-2][0] & (acc_dst == read_dst), "acc_from_g")
+        from_wr = pipe(m, g_valid & (g_dst == read_dst), "acc_from_wr")
 
-        # -- ALU: S2 operands · S3 op · S4 write -------------------------------
+        # The results written (GEMM sums or ALU lanes) and the write register they pass through: the
+        # accumulator's and OUT's block RAMs are spread over a large part, and their write address, data
+        # and enables come straight from flip-flops.
+        result = Signal(self.acc_shape)
+        write_dst = Signal(acc_bits)
+        write = Signal(len(self.acc_write.en))      # per slice of `vector_width` lanes (one bit: the row)
+        wr_en = pipe(m, write, "wr_en")
+        wr_dst = pipe(m, write_dst, "wr_dst", data=True)
+        wr_data = pipe(m, result, "wr_data", data=True)
+
+        # -- ALU: S2 operands · S3 op · S4 result · write register --------------
         # A micro-op's rows are read in S1 and captured as it leaves S2; a
         # micro-op held in S2 reads its rows again every cycle, so what it
         # captures is never stale. S3 runs `vector_width` lanes a cycle: a
@@ -373,38 +387,55 @@ class ComputeCore(wiring.Component):
         w_slice = pipe(m, x_slice, "w_slice", data=True)
         if passes == 1:
             operands = [a_op[lane] for lane in range(lanes)], [b_op[lane] for lane in range(lanes)]
-        else:       # the slice S3 works on this cycle
-            operands = tuple([op.as_value().word_select(x_slice, width * c.acc_width).word_select(k, c.acc_width)
-                              .as_signed() for k in range(width)] for op in (a_op, b_op))
-            operands = operands[0], [Mux(use_imm, imm, b) for b in operands[1]]
+        else:       # the slice S3 works on this cycle: the operand registers shift each slice to the bottom
+            operands = tuple([op.as_value().word_select(k, c.acc_width).as_signed() for k in range(width)]
+                             for op in (a_op, b_op))
         alu_lanes = [_AluLane(m, alu_op, a, b, c.acc_width, lane, serial_from=(x_step == 0) if c.serial_mul else None)
                      for lane, (a, b) in enumerate(zip(*operands))]
         w_result = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
         for op, name, port, row, next_row in ((a_op, "a", self.acc_read_a, s2_dst, dst),
                                               (b_op, "b", self.acc_read_b, s2_src, src)):
             if passes == 1:
-                # Whether S4 writes the row of the micro-op in S2, compared a cycle ahead (against the row
-                # S2 will hold) and registered: the select fans out to every operand bit.
-                forward = Signal(name=f"{name}_forward")
-                m.d.sync += forward.eq(x_valid & x_done & (x_dst == Mux(stall, row, next_row)[:acc_bits]))
+                # Whether S4 or the write register writes the row of the micro-op in S2 (the read S2
+                # captures sees neither), compared a cycle ahead (against the rows they and S2 will hold)
+                # and registered: the selects fan out to every operand bit.
+                next_s2_row = Mux(stall, row, next_row)[:acc_bits]
+                forward, forward_wr = Signal(name=f"{name}_forward"), Signal(name=f"{name}_forward_wr")
+                m.d.sync += [forward.eq(x_valid & x_done & (x_dst == next_s2_row)),
+                             forward_wr.eq(w_valid & (w_dst == next_s2_row))]
                 if op is b_op:
                     with m.If(use_imm):
                         m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
                 with (m.Elif if op is b_op else m.If)(forward):
                     m.d.sync += op.eq(w_result)
+                with m.Elif(forward_wr):
+                    m.d.sync += op.eq(wr_data)
                 with m.Else():
                     m.d.sync += op.eq(port.data)
-            else:
+            else:       # (a shift, not a select by `x_slice`: no wide multiplexer before the lanes)
                 with m.If(~x_valid | x_final):
                     m.d.sync += op.eq(port.data)
+                    if op is b_op:
+                        with m.If(use_imm):
+                            m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
+                with m.Elif(x_done):
+                    m.d.sync += op.eq(op.as_value() >> (width * c.acc_width))
         if passes == 1:
             m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_final | s2_hazard))
         else:
-            def writes(valid, dst):     # an ALU micro-op yet to write `dst` reads a row of the one in S2
-                row = dst == s2_dst[:acc_bits]
-                return valid & (row | (~use_imm & (dst == s2_src[:acc_bits])))
-            m.d.comb += stall.eq(s2_valid & ~is_gemm & ((x_valid & ~x_final) | writes(x_valid, x_dst)
-                                                        | writes(w_valid, w_dst)))
+            # Whether the micro-op in S2 reads the row S3's or S4's micro-op is yet to write: compared a
+            # cycle ahead, against the rows S2, S3 and S4 will hold, and registered (`stall` fans out to
+            # the loops, the SRAM addresses and every S0-S2 register).
+            def reads(dst_row, src_row, row):
+                return (dst_row == row) | (~use_imm & (src_row == row))
+            next_dst, next_src = (Mux(stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
+            next_x_dst = Mux(s2_ok & ~is_gemm & ~stall, s2_dst[:acc_bits], x_dst)
+            x_hazard, w_hazard, wr_hazard = (Signal(name=f"{n}_hazard") for n in ("x", "w", "wr"))
+            m.d.sync += [x_hazard.eq(reads(next_dst, next_src, next_x_dst)),
+                         w_hazard.eq(reads(next_dst, next_src, x_dst)),
+                         wr_hazard.eq(reads(next_dst, next_src, write_dst))]
+            m.d.comb += stall.eq(s2_valid & ~is_gemm & ((x_valid & (~x_final | x_hazard)) | (w_valid & w_hazard)
+                                                        | (wr_en.any() & wr_hazard)))
 
         with m.If(is_gemm):
             m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
@@ -415,24 +446,29 @@ class ComputeCore(wiring.Component):
             m.d.comb += [self.acc_read_a.addr.eq(dst), self.acc_read_a.en.eq(1),
                          self.acc_read_b.addr.eq(src), self.acc_read_b.en.eq(1)]
 
-        result = Signal(self.acc_shape)
-        write_dst = Signal(acc_bits)
-        write = Signal(len(self.acc_write.en))      # per slice of `vector_width` lanes (one bit: the row)
+        # -- the write register: ACC and OUT are written a cycle after a result is ready --------
         with m.If(g_valid):
             m.d.comb += [write.eq(-1), write_dst.eq(g_dst), result.eq(g_result)]
         with m.Elif(w_valid):
             m.d.comb += [write.eq(C(1, 1) << w_slice if passes > 1 else 1), write_dst.eq(w_dst),
                          result.eq(w_result.replicate(passes))]
         m.d.comb += [
-            self.acc_write.addr.eq(write_dst), self.acc_write.data.eq(result), self.acc_write.en.eq(write),
-            self.out_write.addr.eq(write_dst), self.out_write.en.eq(write),
+            self.acc_write.addr.eq(wr_dst), self.acc_write.data.eq(wr_data), self.acc_write.en.eq(wr_en),
+            self.out_write.addr.eq(wr_dst), self.out_write.en.eq(wr_en),
             self.retire_gemm.eq(g_valid), self.retire_alu.eq(w_last),
         ]
         for lane in range(lanes):
-            m.d.comb += self.out_write.data[lane].eq(result[lane][:c.out_width])
+            m.d.comb += self.out_write.data[lane].eq(wr_data[lane][:c.out_width])
+
+        with m.If(from_g):
+            m.d.sync += acc_row.eq(g_result)
+        with m.Elif(from_wr):
+            m.d.sync += acc_row.eq(wr_data)
+        with m.Else():
+            m.d.sync += acc_row.eq(self.acc_read_a.data)
 
         # -- completion --------------------------------------------------------
-        in_flight = Cat(uop_valid, s1_valid, s2_valid, x_valid, w_valid, *(s[0] for s in ctrl[1:])).any()
+        in_flight = Cat(uop_valid, s1_valid, s2_valid, x_valid, w_valid, *(s[0] for s in ctrl[1:]), wr_en).any()
         m.d.comb += [self.gemm_busy.eq(active & is_gemm), self.alu_busy.eq(active & ~is_gemm),
                      self.error.eq(error), self.idle.eq(~active)]
         # Released: no micro-op left before the range check, or the last one passing it now.

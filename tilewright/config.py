@@ -15,7 +15,7 @@ tiny       1×4×4     fast unit tests, iCE40-class parts
 small      1×8×8     CI RTL regressions
 slim       1×8×8     ECP5-85F: small the small-FPGA way (lean loaders, two ALU lanes, the ALU requantizes)
 compact    1×8×8     ECP5-45F: half small's accumulators, 40 products in logic
-medium     1×16×16   ECP5-85F: its block RAM, and logic for the products its DSPs cannot hold
+medium     1×16×16   ECP5-85F: built as slim is, its block RAM, logic for the products its DSPs cannot hold
 default    1×16×16   benchmarks; VTA's default buffer sizes
 =========  ========  ==============================================
 """
@@ -338,14 +338,14 @@ PRESETS = {
         uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
         acc_buffer_bytes=16 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64,
         soft_products=40),
-    # DP16KD are at most 36 bits wide: a 2048-bit weight entry takes 57 of them at any depth up to 512.
-    # The 85F's 156 MULT18X18D hold the ALU (16 lanes x 3), requantize (16 x 2) and range-check products
-    # and 66 of the 256 GEMM products.
+    # The 85F's 1x16x16, built the way `slim` is. DP16KD are at most 36 bits wide: a 2048-bit weight entry
+    # takes 57 of them at any depth up to 512. Of the 156 MULT18X18D the two-lane ALU takes 6, and 146 hold
+    # GEMM products; the other 110 products are built from logic.
     "medium": HwConfig(
         name="medium", batch=1, block_in=16, block_out=16,
         uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=128 * 1024,
         acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64,
-        soft_products=190),
+        vector_lanes=2, lean=True, requant_store=False, soft_products=110),
     "default": HwConfig(name="default"),
 }
 
