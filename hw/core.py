@@ -336,11 +336,6 @@ class ComputeCore(wiring.Component):
         g_result = Signal(self.acc_shape)
         for lane, total in enumerate(sums):
             m.d.comb += g_result[lane].eq(Mux(g_reset, 0, Mux(g_overwrite, 0, acc_row[lane]) + total))
-        # The row read for the micro-op behind misses the two writes ahead of it: the one computed now
-        # (`g_result`) and the one in the write register (`wr_data`, written this cycle). Which rows match
-        # is compared a cycle ahead, between the stages that will hold them.
-        from_g = pipe(m, ctrl[-2][0] & (acc_dst == read_dst), "acc_from_g")
-        from_wr = pipe(m, g_valid & (g_dst == read_dst), "acc_from_wr")
 
         # The results written (GEMM sums or ALU lanes) and the write register they pass through: the
         # accumulator's and OUT's block RAMs are spread over a large part, and their write address, data
@@ -351,17 +346,28 @@ class ComputeCore(wiring.Component):
         wr_en = pipe(m, write, "wr_en")
         wr_dst = pipe(m, write_dst, "wr_dst", data=True)
         wr_data = pipe(m, result, "wr_data", data=True)
+        # The row read for the micro-op behind misses the two writes ahead of it: the one computed now
+        # (`g_result`) and the one in the write register (`wr_data`, written this cycle). Which rows match
+        # is compared a cycle ahead, between the stages that will hold them.
+        from_g = pipe(m, ctrl[-2][0] & (acc_dst == read_dst), "acc_from_g")
+        from_wr = pipe(m, g_valid & (g_dst == read_dst), "acc_from_wr")
+        with m.If(from_g):
+            m.d.sync += acc_row.eq(g_result)
+        with m.Elif(from_wr):
+            m.d.sync += acc_row.eq(wr_data)
+        with m.Else():
+            m.d.sync += acc_row.eq(self.acc_read_a.data)
 
         # -- ALU: S2 operands · S3 op · S4 result · write register --------------
         # A micro-op's rows are read in S1 and captured as it leaves S2; a
         # micro-op held in S2 reads its rows again every cycle, so what it
         # captures is never stale. S3 runs `vector_width` lanes a cycle: a
         # micro-op spends `vector_passes` cycles there, and the micro-op in S2
-        # waits while S3 has slices left (`stall`). With one pass S4 writes
-        # the row and forwards it into S2's operands (S2 waits a cycle when it
-        # reads the row S3 writes); with several, S4 writes each slice into
-        # its lanes as it comes (no row is gathered), and S2 waits while it
-        # reads a row S3 or S4 has yet to write.
+        # waits while S3 has slices left (`stall`). With one pass S4's row and
+        # the write register's are forwarded into S2's operands (S2 waits a
+        # cycle when it reads the row S3 writes); with several, each slice is
+        # written into its lanes as it comes (no row is gathered), and S2 waits
+        # while it reads a row S3, S4 or the write register has yet to write.
         lanes, width, passes = batch * BO, c.vector_width, c.vector_passes
         a_op = Signal(self.acc_shape, reset_less=True)
         b_op = Signal(self.acc_shape, reset_less=True)
@@ -459,13 +465,6 @@ class ComputeCore(wiring.Component):
         ]
         for lane in range(lanes):
             m.d.comb += self.out_write.data[lane].eq(wr_data[lane][:c.out_width])
-
-        with m.If(from_g):
-            m.d.sync += acc_row.eq(g_result)
-        with m.Elif(from_wr):
-            m.d.sync += acc_row.eq(wr_data)
-        with m.Else():
-            m.d.sync += acc_row.eq(self.acc_read_a.data)
 
         # -- completion --------------------------------------------------------
         in_flight = Cat(uop_valid, s1_valid, s2_valid, x_valid, w_valid, *(s[0] for s in ctrl[1:]), wr_en).any()
