@@ -35,9 +35,8 @@ class OnChipMemory(wiring.Component):
     host : In(HostPortSignature)
     """
 
-    #: Read beats that may wait for R: enough that a burst streams one beat per cycle with three beats on
-    #: their way (RAM inputs, RAM output, its register).
-    R_FIFO_DEPTH = 8
+    #: Read beats that may wait for R: enough that a burst streams one beat per cycle.
+    R_FIFO_DEPTH = 4
 
     def __init__(self, *, size, data_width, addr_width=32, id_width=1, ram_style=None):
         if size % (data_width // 8):
@@ -56,34 +55,18 @@ class OnChipMemory(wiring.Component):
         read = ram.read_port()
         write = ram.write_port(granularity=8)
         axi, host = self.axi, self.host
-
-        # -- the RAM's inputs are registers ----------------------------------------------
-        # On a large part the RAM is dozens of block RAMs spread over the die: address, data and enables
-        # come straight from flip-flops, so no logic shares a cycle with that fan-out. What the FSM below
-        # asks for (`addr`, `en`, ...) reaches the RAM a cycle later; single-ported, one address.
-        ram_addr = Signal.like(read.addr)
-        ram_read = Signal()
-        ram_write = Signal.like(write.en)
-        ram_data = Signal.like(write.data)
-        request_addr = Signal.like(read.addr)
-        request_read = Signal()
-        request_write = Signal.like(write.en)
-        request_data = Signal.like(write.data)
-        m.d.sync += [ram_addr.eq(request_addr), ram_read.eq(request_read), ram_write.eq(request_write),
-                     ram_data.eq(request_data)]
-        m.d.comb += [read.addr.eq(ram_addr), read.en.eq(ram_read),
-                     write.addr.eq(ram_addr), write.en.eq(ram_write), write.data.eq(ram_data)]
+        m.d.comb += write.addr.eq(read.addr)           # single-ported: one address
 
         # -- read data: RAM · register · FIFO · R ----------------------------------------------
         # The RAM's output is registered before anything uses it and R is fed from a small FIFO, so
-        # neither the R handshake nor the accelerator's logic lies on a path through the RAM. A beat is
-        # asked for only when the FIFO has room for it and every beat already on its way.
+        # neither the R handshake nor the accelerator's logic lies on a path through the RAM (spread
+        # over dozens of block RAMs, those paths are long). A beat is read only when the FIFO has room
+        # for it and every beat already on its way.
         tags = data.StructLayout({"axi": 1, "host": 1, "last": 1, "error": 1, "id": len(axi.arid)})
-        requested = Signal(tags)             # what the RAM's inputs ask for this cycle
         issued = Signal(tags)                # what the RAM's output holds this cycle
         loaded = Signal(tags)                # what `word` holds
         word = Signal(self.data_width)
-        m.d.sync += [issued.eq(requested), loaded.eq(issued), word.eq(read.data)]
+        m.d.sync += [loaded.eq(issued), word.eq(read.data)]
         m.submodules.beats_out = out = fifo.SyncFIFO(width=self.data_width + tags.size,
                                                      depth=self.R_FIFO_DEPTH)
         out_tags = data.View(tags, out.r_data[self.data_width:])
@@ -96,7 +79,7 @@ class OnChipMemory(wiring.Component):
         ]
         host_byte = Signal(range(word_bytes))
         m.d.comb += [host.rvalid.eq(loaded.host), host.rdata.eq(word.word_select(host_byte, 8))]
-        room = out.level + requested.axi + issued.axi + loaded.axi < self.R_FIFO_DEPTH
+        room = out.level + issued.axi + loaded.axi < self.R_FIFO_DEPTH
 
         # -- one burst at a time ---------------------------------------------------------
         addr = Signal(len(axi.araddr) - shift + 1)      # word index of the next beat
@@ -106,8 +89,8 @@ class OnChipMemory(wiring.Component):
         prefer_write = Signal()      # reads and writes take turns between bursts
         in_range = addr < depth
 
-        m.d.comb += [axi.bid.eq(burst_id), axi.bresp.eq(Mux(write_error, RESP_SLVERR, RESP_OKAY))]
-        m.d.sync += requested.eq(0)
+        m.d.comb += [axi.bid.eq(burst_id), axi.bresp.eq(Mux(write_error, RESP_SLVERR, RESP_OKAY)), read.en.eq(0)]
+        m.d.sync += issued.eq(0)
         with m.FSM():
             with m.State("IDLE"):
                 take_read = axi.arvalid & ~(prefer_write & axi.awvalid) & ~host.valid
@@ -122,23 +105,21 @@ class OnChipMemory(wiring.Component):
                                  write_error.eq(0), prefer_write.eq(0)]
                     m.next = "WRITE"
                 with m.Elif(host.valid):
-                    m.d.comb += [host.ready.eq(1), request_addr.eq(host.addr >> shift),
-                                 request_read.eq(~host.write),
-                                 request_data.eq(host.wdata.replicate(word_bytes)),
-                                 request_write.eq(Mux(host.write, Const(1, word_bytes) << host.addr[:shift], 0))]
-                    m.d.sync += [requested.host.eq(~host.write), host_byte.eq(host.addr[:shift])]
+                    m.d.comb += [host.ready.eq(1), read.addr.eq(host.addr >> shift), read.en.eq(~host.write),
+                                 write.data.eq(host.wdata.replicate(word_bytes)),
+                                 write.en.eq(Mux(host.write, Const(1, word_bytes) << host.addr[:shift], 0))]
+                    m.d.sync += [issued.host.eq(~host.write), host_byte.eq(host.addr[:shift])]
             with m.State("READ"):
                 advance = room & (beats != 0)
-                m.d.comb += [request_addr.eq(addr[:len(read.addr)]), request_read.eq(advance)]
+                m.d.comb += [read.addr.eq(addr[:len(read.addr)]), read.en.eq(advance)]
                 with m.If(advance):
-                    m.d.sync += [requested.axi.eq(1), requested.error.eq(~in_range),
-                                 requested.last.eq(beats == 1), requested.id.eq(burst_id),
-                                 addr.eq(addr + 1), beats.eq(beats - 1)]
+                    m.d.sync += [issued.axi.eq(1), issued.error.eq(~in_range), issued.last.eq(beats == 1),
+                                 issued.id.eq(burst_id), addr.eq(addr + 1), beats.eq(beats - 1)]
                 with m.If(beats == 0):      # the burst's beats follow through the FIFO
                     m.next = "IDLE"
             with m.State("WRITE"):
-                m.d.comb += [axi.wready.eq(1), request_addr.eq(addr[:len(read.addr)]), request_data.eq(axi.wdata),
-                             request_write.eq(Mux(axi.wvalid & in_range, axi.wstrb, 0))]
+                m.d.comb += [axi.wready.eq(1), read.addr.eq(addr[:len(read.addr)]), write.data.eq(axi.wdata),
+                             write.en.eq(Mux(axi.wvalid & in_range, axi.wstrb, 0))]
                 with m.If(axi.wvalid):
                     m.d.sync += [addr.eq(addr + 1), write_error.eq(write_error | ~in_range)]
                     with m.If(axi.wlast):
