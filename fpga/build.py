@@ -240,14 +240,15 @@ def _pack_args(board, platform):
 SYNTH = {"ecp5": "synth_ecp5", "ice40": "synth_ice40 -dsp -spram", "gowin": "synth_gowin"}
 
 #: The same flows with ABC's classic LUT mapper in place of ABC9, which YoWASP's build of ABC sometimes
-#: quits without a word on large designs (the whole ``small`` accelerator, say).
+#: quits without a word (or asserts) on large designs (the whole ``small`` accelerator, say).
 _CLASSIC_LUTS = {
-    "ecp5": "synth_ecp5 -top top -run begin:map_luts; techmap -map +/lattice/latches_map.v; abc -lut 4 -dress; "
-            "clean; synth_ecp5 -top top -run map_cells:",
-    "gowin": "synth_gowin -top top -run begin:map_luts; abc -lut 4 -dress; clean; synth_gowin -top top -run map_cells:",
-    "ice40": f"{SYNTH['ice40']} -top top -run begin:map_luts; techmap -map +/ice40/latches_map.v; abc -lut 4 -dress; "
-             f"ice40_wrapcarry -unwrap; techmap -map +/ice40/ff_map.v; clean; opt_lut -tech ice40; "
-             f"{SYNTH['ice40']} -top top -run map_cells:",
+    family: f"{SYNTH[family]} -top top -run begin:map_luts; {luts}; {SYNTH[family]} -top top -run map_cells:"
+    for family, luts in (
+        ("ecp5", "techmap -map +/lattice/latches_map.v; abc -lut 4 -dress; clean"),
+        ("gowin", "abc -lut 4 -dress; clean"),
+        ("ice40", "techmap -map +/ice40/latches_map.v; abc -lut 4 -dress; ice40_wrapcarry -unwrap; "
+                  "techmap -map +/ice40/ff_map.v; clean; opt_lut -tech ice40"),
+    )
 }
 
 

@@ -399,19 +399,22 @@ class ComputeCore(wiring.Component):
         alu_lanes = [_AluLane(m, alu_op, a, b, c.acc_width, lane, serial_from=(x_step == 0) if c.serial_mul else None)
                      for lane, (a, b) in enumerate(zip(*operands))]
         w_result = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
-        for op, name, port, row, next_row in ((a_op, "a", self.acc_read_a, s2_dst, dst),
-                                              (b_op, "b", self.acc_read_b, s2_src, src)):
+        # The rows the micro-op in S2 reads next cycle: S2's forwarding and hazard checks are made a cycle
+        # ahead against them and registered.
+        next_dst, next_src = (Mux(stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
+        load_imm = [b_op[lane].eq(imm) for lane in range(lanes)]       # (an immediate operand, as a row)
+        for op, name, port, next_s2_row in ((a_op, "a", self.acc_read_a, next_dst),
+                                            (b_op, "b", self.acc_read_b, next_src)):
             if passes == 1:
                 # Whether S4 or the write register writes the row of the micro-op in S2 (the read S2
                 # captures sees neither), compared a cycle ahead (against the rows they and S2 will hold)
                 # and registered: the selects fan out to every operand bit.
-                next_s2_row = Mux(stall, row, next_row)[:acc_bits]
                 forward, forward_wr = Signal(name=f"{name}_forward"), Signal(name=f"{name}_forward_wr")
                 m.d.sync += [forward.eq(x_valid & x_done & (x_dst == next_s2_row)),
                              forward_wr.eq(w_valid & (w_dst == next_s2_row))]
                 if op is b_op:
                     with m.If(use_imm):
-                        m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
+                        m.d.sync += load_imm
                 with (m.Elif if op is b_op else m.If)(forward):
                     m.d.sync += op.eq(w_result)
                 with m.Elif(forward_wr):
@@ -423,7 +426,7 @@ class ComputeCore(wiring.Component):
                     m.d.sync += op.eq(port.data)
                     if op is b_op:
                         with m.If(use_imm):
-                            m.d.sync += [b_op[lane].eq(imm) for lane in range(lanes)]
+                            m.d.sync += load_imm
                 with m.Elif(x_done):
                     m.d.sync += op.eq(op.as_value() >> (width * c.acc_width))
         if passes == 1:
@@ -434,7 +437,6 @@ class ComputeCore(wiring.Component):
             # the loops, the SRAM addresses and every S0-S2 register).
             def reads(dst_row, src_row, row):
                 return (dst_row == row) | (~use_imm & (src_row == row))
-            next_dst, next_src = (Mux(stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
             next_x_dst = Mux(s2_ok & ~is_gemm & ~stall, s2_dst[:acc_bits], x_dst)
             x_hazard, w_hazard, wr_hazard = (Signal(name=f"{n}_hazard") for n in ("x", "w", "wr"))
             m.d.sync += [x_hazard.eq(reads(next_dst, next_src, next_x_dst)),

@@ -49,13 +49,14 @@ AXI_ID_WIDTH = ReadArbiter.id_bits(len(READ_CLIENTS))
 #: arbiter serves first, then wait behind at most `outstanding` such bursts (memory answers in order).
 LOAD_BURST_BEATS = 32
 
+#: Byte address width of the accelerator's AXI port unless a SoC narrows it to its memory.
+AXI_ADDR_WIDTH = 32
+
 
 def read_first(cfg):
     """The read client the arbiter serves before the others: the compute stream's loader (None with
     ``lean``, where one reader serves everyone)."""
     return None if cfg.lean else READ_CLIENTS.index("compute")
-#: Byte address width of the accelerator's AXI port unless a SoC narrows it to its memory.
-AXI_ADDR_WIDTH = 32
 
 
 class TraceSignature(wiring.Signature):

@@ -306,6 +306,11 @@ class HwConfig:
         return info
 
 
+_SMALL = HwConfig(
+    name="small", batch=1, block_in=8, block_out=8,
+    uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
+    acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64)
+
 PRESETS = {
     # One product a cycle in the least logic: one ALU lane, no performance counters, the lean DMA and range
     # checks, no requantizing STORE (the ALU requantizes), shallow queues and small buffers. It fits the
@@ -319,25 +324,14 @@ PRESETS = {
         name="tiny", batch=1, block_in=4, block_out=4,
         uop_buffer_bytes=2048, inp_buffer_bytes=1024, wgt_buffer_bytes=2048, acc_buffer_bytes=4096,
         token_queue_depth=16, cmd_queue_depth=16, dram_bus_width=32),
-    "small": HwConfig(
-        name="small", batch=1, block_in=8, block_out=8,
-        uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
-        acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64),
+    "small": _SMALL,
     # `small` as an FPGA board wants it: its on-chip memory serves one burst at a time (lean loaders lose
     # nothing), and the ALU takes the requantizing in two lanes instead of 8 requantizing STORE lanes and a
     # third accumulator port. 70 MULT18X18D; it places and routes on the 85F, which `small` did not.
-    "slim": HwConfig(
-        name="slim", batch=1, block_in=8, block_out=8,
-        uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
-        acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64,
-        vector_lanes=2, lean=True, requant_store=False),
+    "slim": _SMALL.replace(name="slim", vector_lanes=2, lean=True, requant_store=False),
     # The 45F has 72 MULT18X18D (ALU 8 lanes x 3, requantize 8 x 2, range checks 3: 24 GEMM products fit)
     # and 108 DP16KD (each accumulator read port is 8 of them per 512 entries).
-    "compact": HwConfig(
-        name="compact", batch=1, block_in=8, block_out=8,
-        uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
-        acc_buffer_bytes=16 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64,
-        soft_products=40),
+    "compact": _SMALL.replace(name="compact", acc_buffer_bytes=16 * 1024, soft_products=40),
     # The 85F's 1x16x16, built the way `slim` is. DP16KD are at most 36 bits wide: a 2048-bit weight entry
     # takes 57 of them at any depth up to 512. Of the 156 MULT18X18D the two-lane ALU takes 6, and 146 hold
     # GEMM products; the other 110 products are built from logic.
