@@ -375,6 +375,11 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
         return list(pool.map(place_and_route, reports, outs))
 
 
+#: Registers named ``*_replica*`` (:func:`tilewright.hw.pipe.replicas`) are copies of one value for sinks
+#: far apart; Yosys would merge them back into one flip-flop driving them all.
+KEEP_REPLICAS = "setattr -set keep 1 w:*_replica* %ci1 c:* %i"
+
+
 def synthesise(family, out, *, prelude="", progress=print):
     """Yosys on ``out/top.il`` (module ``top``) into ``out/top.json`` and ``out/stat.json``: ``prelude``,
     then the family's flow, and ABC's classic LUT mapper when ABC9 quits or asserts. Returns
@@ -383,7 +388,8 @@ def synthesise(family, out, *, prelude="", progress=print):
     seconds = 0
     commands = synth_commands(family)
     for attempt, command in enumerate(commands):
-        script = f"read_rtlil top.il; {prelude}{command}; tee -q -o stat.json stat -json; write_json top.json"
+        script = (f"read_rtlil top.il; {KEEP_REPLICAS}; {prelude}{command}; tee -q -o stat.json stat -json; "
+                  "write_json top.json")
         try:
             seconds += _run([tool("yosys"), "-q", "-l", "synth.log", "-p", script],
                             cwd=out, log="synth.stdout", tail="synth.log", what="Yosys", progress=progress)

@@ -28,6 +28,13 @@ class OnChipMemory(wiring.Component):
     all-zero initial contents: such a memory powers up undefined, and the
     host writes every byte a program reads).
 
+    ``input_register`` puts a register between the control logic and the
+    RAM's address, data and enables, a cycle of latency per access: on a
+    large part the RAM is dozens of block RAMs spread over the die, and
+    their inputs should come straight from flip-flops. (Yosys maps iCE40
+    SPRAM only with its inputs driven the plain way, and a 24 MHz part
+    does not need the register.)
+
     Members
     -------
     axi : In(AxiSignature)
@@ -35,13 +42,14 @@ class OnChipMemory(wiring.Component):
     host : In(HostPortSignature)
     """
 
-    #: Read beats that may wait for R: enough that a burst streams one beat per cycle.
-    R_FIFO_DEPTH = 4
-
-    def __init__(self, *, size, data_width, addr_width=32, id_width=1, ram_style=None):
+    def __init__(self, *, size, data_width, addr_width=32, id_width=1, ram_style=None, input_register=False):
         if size % (data_width // 8):
             raise ValueError(f"memory size {size} is not a whole number of {data_width}-bit words")
         self.size, self.data_width, self.ram_style = size, data_width, ram_style
+        self.input_register = input_register
+        #: Read beats that may wait for R: one per cycle from a read's request to its entering the FIFO,
+        #: plus one, so that a burst streams one beat per cycle.
+        self.r_fifo_depth = 5 if input_register else 4
         super().__init__({"axi": In(AxiSignature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
                           "host": In(HostPortSignature())})
 
@@ -52,10 +60,16 @@ class OnChipMemory(wiring.Component):
         depth = self.size // word_bytes
         m.submodules.ram = ram = Memory(shape=self.data_width, depth=depth, init=[],
                                         attrs={"ram_style": self.ram_style} if self.ram_style else None)
-        read = ram.read_port()
-        write = ram.write_port(granularity=8)
+        ram_read = ram.read_port()
+        ram_write = ram.write_port(granularity=8)
+        # What the control logic asks of the RAM this cycle (single-ported: one address), straight or
+        # through the input register.
+        ram_addr, read_en = Signal.like(ram_read.addr, name="ram_addr"), Signal(name="read_en")
+        write_data, write_en = Signal.like(ram_write.data, name="write_data"), Signal.like(ram_write.en, name="write_en")
+        m.d["sync" if self.input_register else "comb"] += [
+            ram_read.addr.eq(ram_addr), ram_read.en.eq(read_en), ram_write.addr.eq(ram_addr),
+            ram_write.data.eq(write_data), ram_write.en.eq(write_en)]
         axi, host = self.axi, self.host
-        m.d.comb += write.addr.eq(read.addr)           # single-ported: one address
 
         # -- read data: RAM · register · FIFO · R ----------------------------------------------
         # The RAM's output is registered before anything uses it and R is fed from a small FIFO, so
@@ -63,12 +77,19 @@ class OnChipMemory(wiring.Component):
         # over dozens of block RAMs, those paths are long). A beat is read only when the FIFO has room
         # for it and every beat already on its way.
         tags = data.StructLayout({"axi": 1, "host": 1, "last": 1, "error": 1, "id": len(axi.arid)})
+        requested = Signal(tags)             # the read asked for this cycle
         issued = Signal(tags)                # what the RAM's output holds this cycle
         loaded = Signal(tags)                # what `word` holds
         word = Signal(self.data_width)
-        m.d.sync += [loaded.eq(issued), word.eq(read.data)]
-        m.submodules.beats_out = out = fifo.SyncFIFO(width=self.data_width + tags.size,
-                                                     depth=self.R_FIFO_DEPTH)
+        in_flight = [issued.axi, loaded.axi]
+        if self.input_register:
+            pending = Signal(tags)           # a read in the input register
+            m.d.sync += [pending.eq(requested), issued.eq(pending)]
+            in_flight.append(pending.axi)
+        else:
+            m.d.sync += issued.eq(requested)
+        m.d.sync += [loaded.eq(issued), word.eq(ram_read.data)]
+        m.submodules.beats_out = out = fifo.SyncFIFO(width=self.data_width + tags.size, depth=self.r_fifo_depth)
         out_tags = data.View(tags, out.r_data[self.data_width:])
         m.d.comb += [
             out.w_data.eq(Cat(word, loaded)), out.w_en.eq(loaded.axi),
@@ -79,7 +100,7 @@ class OnChipMemory(wiring.Component):
         ]
         host_byte = Signal(range(word_bytes))
         m.d.comb += [host.rvalid.eq(loaded.host), host.rdata.eq(word.word_select(host_byte, 8))]
-        room = out.level + issued.axi + loaded.axi < self.R_FIFO_DEPTH
+        room = out.level + sum(in_flight) < self.r_fifo_depth
 
         # -- one burst at a time ---------------------------------------------------------
         addr = Signal(len(axi.araddr) - shift + 1)      # word index of the next beat
@@ -89,8 +110,8 @@ class OnChipMemory(wiring.Component):
         prefer_write = Signal()      # reads and writes take turns between bursts
         in_range = addr < depth
 
-        m.d.comb += [axi.bid.eq(burst_id), axi.bresp.eq(Mux(write_error, RESP_SLVERR, RESP_OKAY)), read.en.eq(0)]
-        m.d.sync += issued.eq(0)
+        m.d.comb += [axi.bid.eq(burst_id), axi.bresp.eq(Mux(write_error, RESP_SLVERR, RESP_OKAY)), read_en.eq(0)]
+        m.d.comb += requested.eq(0)
         with m.FSM():
             with m.State("IDLE"):
                 take_read = axi.arvalid & ~(prefer_write & axi.awvalid) & ~host.valid
@@ -105,21 +126,23 @@ class OnChipMemory(wiring.Component):
                                  write_error.eq(0), prefer_write.eq(0)]
                     m.next = "WRITE"
                 with m.Elif(host.valid):
-                    m.d.comb += [host.ready.eq(1), read.addr.eq(host.addr >> shift), read.en.eq(~host.write),
-                                 write.data.eq(host.wdata.replicate(word_bytes)),
-                                 write.en.eq(Mux(host.write, Const(1, word_bytes) << host.addr[:shift], 0))]
-                    m.d.sync += [issued.host.eq(~host.write), host_byte.eq(host.addr[:shift])]
+                    m.d.comb += [host.ready.eq(1), ram_addr.eq(host.addr >> shift), read_en.eq(~host.write),
+                                 write_data.eq(host.wdata.replicate(word_bytes)),
+                                 write_en.eq(Mux(host.write, Const(1, word_bytes) << host.addr[:shift], 0)),
+                                 requested.host.eq(~host.write)]
+                    m.d.sync += host_byte.eq(host.addr[:shift])
             with m.State("READ"):
                 advance = room & (beats != 0)
-                m.d.comb += [read.addr.eq(addr[:len(read.addr)]), read.en.eq(advance)]
+                m.d.comb += [ram_addr.eq(addr[:len(ram_addr)]), read_en.eq(advance)]
                 with m.If(advance):
-                    m.d.sync += [issued.axi.eq(1), issued.error.eq(~in_range), issued.last.eq(beats == 1),
-                                 issued.id.eq(burst_id), addr.eq(addr + 1), beats.eq(beats - 1)]
+                    m.d.comb += [requested.axi.eq(1), requested.error.eq(~in_range), requested.last.eq(beats == 1),
+                                 requested.id.eq(burst_id)]
+                    m.d.sync += [addr.eq(addr + 1), beats.eq(beats - 1)]
                 with m.If(beats == 0):      # the burst's beats follow through the FIFO
                     m.next = "IDLE"
             with m.State("WRITE"):
-                m.d.comb += [axi.wready.eq(1), read.addr.eq(addr[:len(read.addr)]), write.data.eq(axi.wdata),
-                             write.en.eq(Mux(axi.wvalid & in_range, axi.wstrb, 0))]
+                m.d.comb += [axi.wready.eq(1), ram_addr.eq(addr[:len(ram_addr)]), write_data.eq(axi.wdata),
+                             write_en.eq(Mux(axi.wvalid & in_range, axi.wstrb, 0))]
                 with m.If(axi.wvalid):
                     m.d.sync += [addr.eq(addr + 1), write_error.eq(write_error | ~in_range)]
                     with m.If(axi.wlast):

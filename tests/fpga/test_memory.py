@@ -13,7 +13,7 @@ WIDTH = 64
 WORD = WIDTH // 8
 
 
-def run_memory(script, *, seed, rready_rate=1.0):
+def run_memory(script, *, seed, rready_rate=1.0, input_register=False):
     """Run ``script(ctx, dut, rng, read_burst, write_burst, host_read, host_write)`` on an OnChipMemory.
 
     The helpers perform one transaction each and return what came back:
@@ -21,7 +21,7 @@ def run_memory(script, *, seed, rready_rate=1.0):
     the cycles from the address handshake to the last beat; ``write_burst(addr,
     words, strobes, id)`` → (bresp, bid); ``host_read(addr)`` → byte.
     """
-    dut = OnChipMemory(size=SIZE, data_width=WIDTH, id_width=2)
+    dut = OnChipMemory(size=SIZE, data_width=WIDTH, id_width=2, input_register=input_register)
     axi, host = dut.axi, dut.host
     rng = random.Random(seed)
 
@@ -90,8 +90,9 @@ def word_of(model, addr):
     return int.from_bytes(model[addr:addr + WORD], "little")
 
 
+@pytest.mark.parametrize("input_register", [False, True])
 @pytest.mark.parametrize("rready_rate", [1.0, 0.4])
-def test_bursts_and_host_bytes_match_a_bytearray(rready_rate):
+def test_bursts_and_host_bytes_match_a_bytearray(rready_rate, input_register):
     """Random host writes, AXI write bursts with strobes and AXI read bursts (R held off at random) agree
     with a bytearray; ids, rlast and responses are right, and bursts beyond the memory answer SLVERR."""
     model = bytearray(SIZE)
@@ -129,10 +130,11 @@ def test_bursts_and_host_bytes_match_a_bytearray(rready_rate):
         assert await write_burst(SIZE - WORD, [0x1234, 2], [0xFF, 0xFF], 2) == (RESP_SLVERR, 2)
         assert [await host_read(SIZE - WORD + k) for k in range(2)] == [0x34, 0x12]
 
-    run_memory(script, seed=int(rready_rate * 10), rready_rate=rready_rate)
+    run_memory(script, seed=int(rready_rate * 10), rready_rate=rready_rate, input_register=input_register)
 
 
-def test_a_read_burst_streams_one_beat_per_cycle():
+@pytest.mark.parametrize("input_register", [False, True])
+def test_a_read_burst_streams_one_beat_per_cycle(input_register):
     """With R always ready a 16-beat burst's last beat leaves a fixed few cycles after its first could."""
     cycles = {}
 
@@ -140,5 +142,5 @@ def test_a_read_burst_streams_one_beat_per_cycle():
         for beats in (1, 16, 64):
             _, cycles[beats] = await read_burst(0, beats, 0)
 
-    run_memory(script, seed=0)
+    run_memory(script, seed=0, input_register=input_register)
     assert cycles[16] - cycles[1] == 15 and cycles[64] - cycles[1] == 63, cycles
