@@ -318,20 +318,16 @@ class _LeanBurstSplitter(_Splitter):
         block = LEAN_BURST_BEATS.bit_length() - 1
         # (set by the command, read only while it runs: no reset)
         start = Signal(bits, reset_less=True)       # next byte to request in this row
-        row_last = Signal(bits, reset_less=True)    # the row's last byte
+        row_end = Signal(bits, reset_less=True)     # one past the row's last byte
         row_addr = Signal(bits, reset_less=True)
-        next_row = Signal(bits, reset_less=True)    # row_addr + stride, ready before the row ends
         stride = Signal(bits, reset_less=True)
         row_bytes = Signal(bits, reset_less=True)
-        row_span = Signal(bits, reset_less=True)    # row_bytes - 1
         rows_left = Signal(ROWS_BITS, reset_less=True)
         setup = Signal()
         active = Signal()
 
-        # A burst's length takes a compare and a subtraction; every address the next one needs is one
-        # addition of registers (the row after next and its end are computed as a row starts).
         beat = start[shift:]                               # the burst's first beat
-        final_beat = row_last[shift:]                      # the row's last beat
+        final_beat = (row_end - 1)[shift:]                 # the row's last beat
         block_end = beat | ((1 << block) - 1)              # the last beat of the aligned block
         last_in_row = final_beat <= block_end
         last_beat = Mux(last_in_row, final_beat, block_end)
@@ -343,37 +339,37 @@ class _LeanBurstSplitter(_Splitter):
             self.request.payload.beats.eq(beats),
             self.burst.payload.beats.eq(beats),
             self.burst.payload.lo.eq(start[:shift] if shift else 0),
-            self.burst.payload.hi.eq(Mux(last_in_row, row_last[:shift] + 1 if shift else 1, B)),
+            self.burst.payload.hi.eq(Mux(last_in_row, (row_end - 1)[:shift] + 1 if shift else 1, B)),
             self.burst.payload.last.eq(last_in_row & (rows_left == 1)),
             self.request.valid.eq(active & self.burst.ready),
             self.burst.valid.eq(active & self.request.ready),
         ]
         with m.If(self.cmd.valid & self.cmd.ready):
             p = self.cmd.payload
-            m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), stride.eq(p.stride), row_bytes.eq(p.row_bytes),
-                         row_span.eq(p.row_bytes - 1), rows_left.eq(p.rows), setup.eq(1)]
+            m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), row_end.eq(p.addr + p.row_bytes),
+                         stride.eq(p.stride), row_bytes.eq(p.row_bytes), rows_left.eq(p.rows), setup.eq(1)]
         with m.If(setup):          # an empty transfer ends here
-            m.d.sync += [setup.eq(0), active.eq((rows_left != 0) & (row_bytes != 0)),
-                         row_last.eq(row_addr + row_span), next_row.eq(row_addr + stride)]
+            m.d.sync += [setup.eq(0), active.eq((rows_left != 0) & (row_bytes != 0))]
         with m.If(self.request.valid & self.request.ready):
             with m.If(~last_in_row):
                 m.d.sync += start.eq((last_beat + 1) << shift)
             with m.Elif(rows_left != 1):
-                m.d.sync += [row_addr.eq(next_row), start.eq(next_row), next_row.eq(next_row + stride),
-                             row_last.eq(next_row + row_span), rows_left.eq(rows_left - 1)]
+                next_row = row_addr + stride
+                m.d.sync += [row_addr.eq(next_row), start.eq(next_row), row_end.eq(next_row + row_bytes),
+                             rows_left.eq(rows_left - 1)]
             with m.Else():
                 m.d.sync += [rows_left.eq(0), active.eq(0)]
 
         if platform == "formal":
             self._prove_bursts_in_range(m, loaded=setup | active, active=active, row_addr=row_addr, stride=stride,
                                         row_bytes=row_bytes, rows_left=rows_left, row_done=last_in_row)
-            with m.If(active):
-                m.d.comb += [Assert(row_span == (row_bytes - 1)[:bits]), Assert(row_last == (row_addr + row_span)[:bits]),
-                             Assert(next_row == (row_addr + stride)[:bits]),
-                             Assert(start >= row_addr), Assert(start <= row_last),
-                             Assert((start == row_addr) | ((start[:shift] == 0) if shift else 1))]
+            with m.If(setup | active):
+                m.d.comb += Assert(row_end == (row_addr + row_bytes)[:bits])
             with m.If(setup):
                 m.d.comb += [Assert(start == row_addr), Assert(~active)]
+            with m.If(active):
+                m.d.comb += [Assert(start >= row_addr), Assert(start < row_end),
+                             Assert((start == row_addr) | ((start[:shift] == 0) if shift else 1))]
         return m
 
 
