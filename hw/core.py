@@ -48,7 +48,11 @@ from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe, replicas
 from .sram import alu_granularity, sram_shape
 
-__all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply"]
+__all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply", "OPERAND_COPIES_FROM"]
+
+#: A GEMM of this many products or more copies its operand registers for each product (a stage more):
+#: its DSP blocks are spread over the DSP columns of a large FPGA.
+OPERAND_COPIES_FROM = 64
 
 class LoopGenerator(wiring.Component):
     """Emits ``(u, offsets)`` for ``o < iter_out, i < iter_in, u ∈ [uop_bgn, uop_end)``, one per cycle.
@@ -305,10 +309,10 @@ class ComputeCore(wiring.Component):
         # (an iCE40 DSP pair registers its own operands and products, so it reads the SRAMs directly)
         inp_data = pipe(m, self.inp_read.data, "inp_data", data=True)
         wgt_data = pipe(m, self.wgt_read.data, "wgt_data", data=True)
-        # Each input feeds `block_out` products (each weight `batch`): on a GEMM of 64 products or more,
-        # spread over the DSP columns of a large FPGA, every product takes its operands from copies of
-        # those registers made a cycle later (a config's latency does not depend on the platform).
-        copies = c.macs_per_cycle >= 64
+        # Each input feeds `block_out` products (each weight `batch`): on a large GEMM every product takes
+        # its operands from copies of those registers made a cycle later (chosen by the config alone, so
+        # that its latency does not depend on the platform).
+        copies = c.macs_per_cycle >= OPERAND_COPIES_FROM
         pairs = (is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS) and not copies
         if copies:
             inp_ops = [replicas(m, inp_data[x], f"inp_{x}", BO, data=True) for x in range(batch * BI)]
@@ -375,16 +379,17 @@ class ComputeCore(wiring.Component):
         with m.Else():
             m.d.sync += acc_row.eq(self.acc_read_a.data)
 
-        # -- ALU: S2 operands · S3 op · S4 result · write register --------------
-        # A micro-op's rows are read in S1 and captured as it leaves S2; a
-        # micro-op held in S2 reads its rows again every cycle, so what it
-        # captures is never stale. S3 runs `vector_width` lanes a cycle: a
-        # micro-op spends `vector_passes` cycles there, and the micro-op in S2
-        # waits while S3 has slices left (`stall`). With one pass S4's row and
-        # the write register's are forwarded into S2's operands (S2 waits a
-        # cycle when it reads the row S3 writes); with several, each slice is
-        # written into its lanes as it comes (no row is gathered), and S2 waits
-        # while it reads a row S3, S4 or the write register has yet to write.
+        # -- ALU: S2 operands · S3 op · S4 result · (S5) · write register ------
+        # A micro-op's rows are read in S1 (with several passes: in S2, from S2's
+        # registers) and captured as it leaves S2; a micro-op held in S2 reads
+        # its rows again every cycle, so what it captures is never stale. S3 runs
+        # `vector_width` lanes a cycle: a micro-op spends `vector_passes` cycles
+        # there, and the micro-op in S2 waits while S3 has slices left (`stall`).
+        # With one pass S4's row and the write register's are forwarded into S2's
+        # operands (S2 waits a cycle when it reads the row S3 writes); with
+        # several, each slice is written into its lanes as it comes (no row is
+        # gathered), and S2 waits while it reads a row S3, S4, S5 or the write
+        # register has yet to write.
         lanes, width, passes = batch * BO, c.vector_width, c.vector_passes
         a_op = Signal(self.acc_shape, reset_less=True)
         b_op = Signal(self.acc_shape, reset_less=True)
@@ -458,9 +463,9 @@ class ComputeCore(wiring.Component):
         if passes == 1:
             m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_final | s2_hazard))
         else:
-            # Whether the micro-op in S2 reads a row S3's or S4's micro-op or the write register is yet
-            # to write: compared a cycle ahead, against the rows S2, S3 and S4 will hold, with whether
-            # they hold a micro-op, and registered (`stall` fans out to the loops, the micro-op SRAM and
+            # Whether the micro-op in S2 reads a row S3, S4, S5 or the write register is yet to write:
+            # compared a cycle ahead, against the rows they and S2 will hold, with whether they hold a
+            # micro-op, and registered (`stall` fans out to the loops, the micro-op SRAM and
             # every S0-S2 register). Both cases are compared, S2 keeping its micro-op or taking S1's;
             # `stall` (late) only chooses between them.
             def reads(rows, row):

@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import PRESETS
 from tilewright.fpga.boards import get_board
 from tilewright.fpga.build import tool
-from tilewright.hw.core import ComputeCore
+from tilewright.hw.core import OPERAND_COPIES_FROM, ComputeCore
 from tilewright.hw.dsp import ice40_product_pair
 from tilewright.hw.pipe import pipe
 
@@ -68,5 +68,5 @@ def test_ice40_gemm_products_in_pairs(cfg, blocks):
     more copies its operands for each product instead (its latency must not depend on the platform)."""
     il = rtlil.convert(ComputeCore(cfg), name="top", platform=get_board("icebreaker").platform_class())
     cells = re.findall(r"cell \\SB_MAC16 .*?\n  end", il, flags=re.S)
-    assert len(cells) == blocks == (cfg.macs_per_cycle // 2 if cfg.macs_per_cycle < 64 else 0)
+    assert len(cells) == blocks == (cfg.macs_per_cycle // 2 if cfg.macs_per_cycle < OPERAND_COPIES_FROM else 0)
     assert all("parameter \\MODE_8x8 1" in cell for cell in cells)
