@@ -2,7 +2,8 @@
 
 Every unit (fetch, the load stream's loader, the compute stream with its
 GEMM/ALU core and, apart, its loader, the store stream, the register file,
-and the DMA reader that fetch and each loader have, or with ``lean`` share) and the whole ``Accelerator``
+and the DMA reader that fetch and each loader have, or with ``lean`` share), the whole ``Accelerator``
+and the SoC's on-chip memory (the board's size and layout)
 are synthesised separately with the family's Yosys flow (the one
 ``tilewright fpga build`` uses, without the SoC around it), and their cells
 are counted by kind: LUT, FF, carry, DSP, block RAM. The units do not add
@@ -38,6 +39,7 @@ from tilewright.isa import MemType
 from tilewright.fpga.boards import get_board
 from tilewright.fpga.build import SYNTH, BuildError, critical_path, tool, utilization_from_stat
 from tilewright.fpga.build import synthesise as synthesise_top
+from tilewright.fpga.memory import OnChipMemory
 from tilewright.hw.compute import ComputeUnit
 from tilewright.hw.core import ComputeCore
 from tilewright.hw.dma import RowReader
@@ -45,20 +47,23 @@ from tilewright.hw.fetch import Fetch
 from tilewright.hw.padded_load import PaddedLoad
 from tilewright.hw.regs import RegisterFile
 from tilewright.hw.store import StoreUnit
-from tilewright.hw.top import Accelerator
+from tilewright.hw.top import AXI_ID_WIDTH, Accelerator
 
 OUT = Path(__file__).parent / "results"
 
 UNITS = {
-    "fetch": lambda cfg, aw: Fetch(cfg, addr_width=aw),
-    "load": lambda cfg, aw: PaddedLoad(cfg, (MemType.INP, MemType.WGT), addr_width=aw),
-    "compute": lambda cfg, aw: ComputeUnit(cfg),
-    "compute.loader": lambda cfg, aw: PaddedLoad(cfg, (MemType.UOP, MemType.ACC, MemType.ACC8), addr_width=aw),
-    "compute.core": lambda cfg, aw: ComputeCore(cfg),
-    "store": lambda cfg, aw: StoreUnit(cfg, addr_width=aw),
-    "regs": lambda cfg, aw: RegisterFile(),
-    "reader": lambda cfg, aw: RowReader(addr_width=aw, data_width=cfg.dram_bus_width, lean=cfg.lean),
-    "accelerator": lambda cfg, aw: Accelerator(cfg, addr_width=aw),
+    "fetch": lambda cfg, aw, board: Fetch(cfg, addr_width=aw),
+    "load": lambda cfg, aw, board: PaddedLoad(cfg, (MemType.INP, MemType.WGT), addr_width=aw),
+    "compute": lambda cfg, aw, board: ComputeUnit(cfg),
+    "compute.loader": lambda cfg, aw, board: PaddedLoad(cfg, (MemType.UOP, MemType.ACC, MemType.ACC8),
+                                                        addr_width=aw),
+    "compute.core": lambda cfg, aw, board: ComputeCore(cfg),
+    "store": lambda cfg, aw, board: StoreUnit(cfg, addr_width=aw),
+    "regs": lambda cfg, aw, board: RegisterFile(),
+    "reader": lambda cfg, aw, board: RowReader(addr_width=aw, data_width=cfg.dram_bus_width, lean=cfg.lean),
+    "accelerator": lambda cfg, aw, board: Accelerator(cfg, addr_width=aw),
+    "memory": lambda cfg, aw, board: OnChipMemory(size=board.mem_bytes, data_width=cfg.dram_bus_width,
+                                                  addr_width=aw, id_width=AXI_ID_WIDTH, **board.memory_options),
 }
 
 
@@ -106,8 +111,8 @@ def main(argv=None):
     if args.timing is not None and (args.family != "ecp5" or args.timing <= 0):
         parser.error("--timing takes a positive clock in MHz and needs --family ecp5")
     addr_width = 32
+    board = get_board(args.board or FAMILY_BOARD[args.family])
     if args.board:
-        board = get_board(args.board)
         args.family = board.family
         if "--config" not in (argv if argv is not None else sys.argv):
             args.config = board.config
@@ -122,7 +127,7 @@ def main(argv=None):
             workdir = args.keep / name if args.keep else Path(tmp)
             workdir.mkdir(parents=True, exist_ok=True)
             try:
-                line = _measure(name, UNITS[name](cfg, addr_width), args, workdir, result["units"])
+                line = _measure(name, UNITS[name](cfg, addr_width, board), args, workdir, result["units"])
             except (BuildError, subprocess.CalledProcessError) as exc:       # (Yosys, nextpnr): report, go on
                 failed += 1
                 result["units"][name] = {"error": str(exc) if isinstance(exc, BuildError) else

@@ -105,6 +105,16 @@ class Board:
     mem_ram_style: str = None    # Yosys ram_style of the on-chip memory ("huge": iCE40 SPRAM)
 
     @property
+    def memory_options(self):
+        """The on-chip memory's layout on this board (:class:`~tilewright.fpga.memory.OnChipMemory` keywords).
+
+        The ECP5 boards' memory is dozens of block RAMs spread over the die: their inputs come from a
+        register. The small parts keep the flip-flops (iCE40 SPRAM maps only when driven the plain
+        way, and the Tang Nano 9K's ``pico`` does not place with them).
+        """
+        return {"ram_style": self.mem_ram_style, "input_register": self.family == "ecp5"}
+
+    @property
     def platform_class(self):
         module, cls = self.platform.split(":")
         return getattr(importlib.import_module(module), cls)

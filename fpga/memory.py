@@ -63,12 +63,15 @@ class OnChipMemory(wiring.Component):
         ram_read = ram.read_port()
         ram_write = ram.write_port(granularity=8)
         # What the control logic asks of the RAM this cycle (single-ported: one address), straight or
-        # through the input register.
+        # through the input register. Through the register the RAM reads its address every cycle (the
+        # tags below say which reads count): Yosys makes a read enable a multiplexer after every block
+        # RAM, whose one enable also serves its writes. iCE40 SPRAM maps only with the read enable.
         ram_addr, read_en = Signal.like(ram_read.addr, name="ram_addr"), Signal(name="read_en")
         write_data, write_en = Signal.like(ram_write.data, name="write_data"), Signal.like(ram_write.en, name="write_en")
         m.d["sync" if self.input_register else "comb"] += [
-            ram_read.addr.eq(ram_addr), ram_read.en.eq(read_en), ram_write.addr.eq(ram_addr),
-            ram_write.data.eq(write_data), ram_write.en.eq(write_en)]
+            ram_read.addr.eq(ram_addr), ram_write.addr.eq(ram_addr), ram_write.data.eq(write_data),
+            ram_write.en.eq(write_en)]
+        m.d.comb += ram_read.en.eq(1 if self.input_register else read_en)
         axi, host = self.axi, self.host
 
         # -- read data: RAM · register · FIFO · R ----------------------------------------------

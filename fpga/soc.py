@@ -43,8 +43,9 @@ class SocCore(wiring.Component):
         Clock cycles per UART bit.
     clock_hz : int
         The clock frequency (reported to the host).
-    ram_style, mem_input_register
-        The on-chip memory's (:class:`~tilewright.fpga.memory.OnChipMemory`).
+    mem_options : dict
+        The on-chip memory's layout: :class:`~tilewright.fpga.memory.OnChipMemory` keywords
+        (``ram_style``, ``input_register``; a board's :attr:`~tilewright.fpga.boards.Board.memory_options`).
 
     Members
     -------
@@ -55,9 +56,9 @@ class SocCore(wiring.Component):
         No run, no request in progress and nothing on the UART: a simulation may sleep.
     """
 
-    def __init__(self, cfg, *, mem_bytes, divisor, clock_hz, ram_style=None, mem_input_register=False):
+    def __init__(self, cfg, *, mem_bytes, divisor, clock_hz, mem_options=None):
         self.cfg, self.mem_bytes, self.divisor, self.clock_hz = cfg, mem_bytes, divisor, clock_hz
-        self.ram_style, self.mem_input_register = ram_style, mem_input_register
+        self.mem_options = mem_options or {}
         super().__init__({"uart_rx": In(1, init=1), "uart_tx": Out(1, init=1), "busy": Out(1), "idle": Out(1)})
 
     def elaborate(self, platform):
@@ -68,8 +69,7 @@ class SocCore(wiring.Component):
         addr_width = (self.mem_bytes - 1).bit_length()
         m.submodules.memory = mem = OnChipMemory(
             size=self.mem_bytes, data_width=cfg.dram_bus_width if cfg else LINK_TEST_BUS_BITS,
-            addr_width=addr_width, id_width=AXI_ID_WIDTH, ram_style=self.ram_style,
-            input_register=self.mem_input_register)
+            addr_width=addr_width, id_width=AXI_ID_WIDTH, **self.mem_options)
         m.submodules.bridge = bridge = HostBridge(
             fingerprint=cfg.fingerprint if cfg else protocol.LINK_TEST_FINGERPRINT, mem_bytes=self.mem_bytes,
             clock_hz=self.clock_hz, idle_timeout=protocol.IDLE_TIMEOUT_BITS * self.divisor)
@@ -117,11 +117,8 @@ class BoardTop(wiring.Component):
         m.submodules.uart_rx = rx = io.Buffer("i", uart.rx)
         m.submodules.uart_tx = tx = io.Buffer("o", uart.tx)
         m.submodules.led = led = io.Buffer("o", platform.request("led", 0, dir="-"))
-        # (the ECP5 boards' memory is dozens of block RAMs spread over the die: their inputs come from a
-        # register; the small parts keep the flip-flops)
         m.submodules.soc = soc = SocCore(self.cfg, mem_bytes=self.board.mem_bytes, divisor=self.divisor,
-                                         clock_hz=self.freq_hz, ram_style=self.board.mem_ram_style,
-                                         mem_input_register=self.board.family == "ecp5")
+                                         clock_hz=self.freq_hz, mem_options=self.board.memory_options)
         m.d.comb += [soc.uart_rx.eq(rx.i), tx.o.eq(soc.uart_tx), led.o.eq(soc.busy)]
         return m
 

@@ -532,8 +532,9 @@ class _AluLane:
     """``op(a, b)`` for one accumulator lane (docs/isa.md), over two stages.
 
     ``a`` and ``b`` are registered operands (S3); ``result`` is the result
-    the cycle after (S4). MIN, MAX and ADD are computed in S3 and
-    registered. MUL keeps the low ``width`` bits of the product, built from
+    the cycle after (S4). ADD is computed in S3 and registered; MIN and MAX
+    register the operands and which one to take (one compare in S3, a
+    select in S4). MUL keeps the low ``width`` bits of the product, built from
     three half-width products registered in S3 and summed in S4, or (given
     ``serial_from``, high in the first of ``width`` cycles S3 holds the
     operands) by adding one partial product a cycle in one adder; SHR clamps
@@ -544,7 +545,6 @@ class _AluLane:
         shift_bits = (width - 1).bit_length()
         right = Signal(shift_bits, name=f"alu_shr_{lane}")
         left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")
-        early = Signal(signed(width), name=f"alu_{lane}")
         # Shift amounts clamped to the width from bit tests, not wide compares:
         # b >= width - 1 and, for b < 0, -b >= width (b[shift_bits:] all ones means -width <= b < 0).
         sign, high, low = b[-1], b[shift_bits:-1], b[:shift_bits]
@@ -554,18 +554,16 @@ class _AluLane:
             right.eq(Mux(~sign & (high.any() | (low >= width - 1)), width - 1, low)),
             left.eq(Mux(~(sign & high.all()) | (negated >= width), width, negated)),
         ]
-        with m.Switch(op):
-            with m.Case(AluOp.MIN):
-                m.d.comb += early.eq(Mux(a < b, a, b))
-            with m.Case(AluOp.MAX):
-                m.d.comb += early.eq(Mux(a > b, a, b))
-            with m.Case(AluOp.ADD):
-                m.d.comb += early.eq(a + b)
-        other = pipe(m, early, f"alu_other_{lane}", data=True)
+        a_q, b_q = pipe(m, a, f"alu_a_{lane}", data=True), pipe(m, b, f"alu_b_{lane}", data=True)
+        total = pipe(m, (a + b)[:width], f"alu_sum_{lane}", data=True)
+        # MIN takes a when a < b, MAX when not (when a == b either will do): a compare's carry chain
+        # ends in a flip-flop, not in a 32-bit multiplexer.
+        take_a = pipe(m, (a < b) ^ (op == AluOp.MAX), f"alu_take_a_{lane}", data=True)
+        other = Mux(op == AluOp.ADD, total, Mux(take_a, a_q, b_q))
         # SHR: a negative amount shifts left.
-        shift_a, shift_left = pipe(m, a, f"alu_shift_a_{lane}", data=True), pipe(m, sign, f"alu_shift_left_{lane}", data=True)
+        shift_left = pipe(m, sign, f"alu_shift_left_{lane}", data=True)
         right_q, left_q = pipe(m, right, f"alu_shr_q_{lane}", data=True), pipe(m, left, f"alu_shl_q_{lane}", data=True)
-        shifted = Mux(shift_left, (shift_a << left_q)[:width], shift_a >> right_q)
+        shifted = Mux(shift_left, (a_q << left_q)[:width], a_q >> right_q)
         a_bits, b_bits = a.as_unsigned(), b.as_unsigned()
         if serial_from is not None:
             product = self._serial_product(m, a_bits, b_bits, serial_from, lane)

@@ -31,6 +31,7 @@ from . import axi as axi_spec
 from .arbiter import next_in_turn
 from .axi import (BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, RESP_OKAY, AxiReadSignature,
                   AxiWriteSignature)
+from .dsp import is_gowin, is_ice40
 
 __all__ = ["TransferLayout", "BeatLayout", "ReadClient", "RowReader", "ReaderShare", "attach_reader", "ElementPacker",
            "RowWriter", "LEAN_BURST_BEATS"]
@@ -302,13 +303,21 @@ class _BurstSplitter(_Splitter):
         return m
 
 
+def compact_row_arithmetic(platform):
+    """Whether a lean splitter built for ``platform`` computes each row's end and the next row's address
+    as it needs them (the small FPGAs: fewer LUTs) rather than ahead in registers (a faster clock)."""
+    return is_ice40(platform) or is_gowin(platform)
+
+
 class _LeanBurstSplitter(_Splitter):
     """:class:`_BurstSplitter`'s ports, in a fraction of its logic, for slow clocks and small FPGAs.
 
     Bursts end where a row does or at the next block of :data:`LEAN_BURST_BEATS` beats, aligned: no
     burst crosses 4 KiB or exceeds 256 beats, but a long row takes more, shorter bursts. A burst's
     length comes from a subtraction and a compare in the cycle it leaves; a command spends one cycle
-    in set-up.
+    in set-up. Except on the small FPGAs (:func:`compact_row_arithmetic`), every address the next
+    burst needs is one addition of registers: the row after next and its last byte are computed as a
+    row starts. The two forms take the same cycles.
     """
 
     def elaborate(self, platform):
@@ -316,18 +325,25 @@ class _LeanBurstSplitter(_Splitter):
         B, bits = self.bus_bytes, self.bits
         shift = B.bit_length() - 1
         block = LEAN_BURST_BEATS.bit_length() - 1
+        compact = compact_row_arithmetic(platform)
         # (set by the command, read only while it runs: no reset)
         start = Signal(bits, reset_less=True)       # next byte to request in this row
-        row_end = Signal(bits, reset_less=True)     # one past the row's last byte
         row_addr = Signal(bits, reset_less=True)
         stride = Signal(bits, reset_less=True)
         row_bytes = Signal(bits, reset_less=True)
         rows_left = Signal(ROWS_BITS, reset_less=True)
         setup = Signal()
         active = Signal()
+        if compact:
+            row_end = Signal(bits, reset_less=True)         # one past the row's last byte
+            row_last = (row_end - 1)[:bits]
+        else:
+            row_last = Signal(bits, reset_less=True)        # the row's last byte
+            next_row = Signal(bits, reset_less=True)        # row_addr + stride, ready before the row ends
+            row_span = Signal(bits, reset_less=True)        # row_bytes - 1
 
         beat = start[shift:]                               # the burst's first beat
-        final_beat = (row_end - 1)[shift:]                 # the row's last beat
+        final_beat = row_last[shift:]                      # the row's last beat
         block_end = beat | ((1 << block) - 1)              # the last beat of the aligned block
         last_in_row = final_beat <= block_end
         last_beat = Mux(last_in_row, final_beat, block_end)
@@ -339,37 +355,49 @@ class _LeanBurstSplitter(_Splitter):
             self.request.payload.beats.eq(beats),
             self.burst.payload.beats.eq(beats),
             self.burst.payload.lo.eq(start[:shift] if shift else 0),
-            self.burst.payload.hi.eq(Mux(last_in_row, (row_end - 1)[:shift] + 1 if shift else 1, B)),
+            self.burst.payload.hi.eq(Mux(last_in_row, row_last[:shift] + 1 if shift else 1, B)),
             self.burst.payload.last.eq(last_in_row & (rows_left == 1)),
             self.request.valid.eq(active & self.burst.ready),
             self.burst.valid.eq(active & self.request.ready),
         ]
         with m.If(self.cmd.valid & self.cmd.ready):
             p = self.cmd.payload
-            m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), row_end.eq(p.addr + p.row_bytes),
-                         stride.eq(p.stride), row_bytes.eq(p.row_bytes), rows_left.eq(p.rows), setup.eq(1)]
+            m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), stride.eq(p.stride), row_bytes.eq(p.row_bytes),
+                         rows_left.eq(p.rows), setup.eq(1)]
+            m.d.sync += row_end.eq(p.addr + p.row_bytes) if compact else row_span.eq(p.row_bytes - 1)
         with m.If(setup):          # an empty transfer ends here
             m.d.sync += [setup.eq(0), active.eq((rows_left != 0) & (row_bytes != 0))]
+            if not compact:
+                m.d.sync += [row_last.eq(row_addr + row_span), next_row.eq(row_addr + stride)]
         with m.If(self.request.valid & self.request.ready):
             with m.If(~last_in_row):
                 m.d.sync += start.eq((last_beat + 1) << shift)
             with m.Elif(rows_left != 1):
-                next_row = row_addr + stride
-                m.d.sync += [row_addr.eq(next_row), start.eq(next_row), row_end.eq(next_row + row_bytes),
-                             rows_left.eq(rows_left - 1)]
+                if compact:
+                    following = row_addr + stride
+                    m.d.sync += [row_addr.eq(following), start.eq(following), row_end.eq(following + row_bytes)]
+                else:
+                    m.d.sync += [row_addr.eq(next_row), start.eq(next_row), next_row.eq(next_row + stride),
+                                 row_last.eq(next_row + row_span)]
+                m.d.sync += rows_left.eq(rows_left - 1)
             with m.Else():
                 m.d.sync += [rows_left.eq(0), active.eq(0)]
 
         if platform == "formal":
             self._prove_bursts_in_range(m, loaded=setup | active, active=active, row_addr=row_addr, stride=stride,
                                         row_bytes=row_bytes, rows_left=rows_left, row_done=last_in_row)
-            with m.If(setup | active):
-                m.d.comb += Assert(row_end == (row_addr + row_bytes)[:bits])
+            if compact:
+                with m.If(setup | active):
+                    m.d.comb += Assert(row_end == (row_addr + row_bytes)[:bits])
             with m.If(setup):
                 m.d.comb += [Assert(start == row_addr), Assert(~active)]
             with m.If(active):
-                m.d.comb += [Assert(start >= row_addr), Assert(start < row_end),
+                m.d.comb += [Assert(start >= row_addr), Assert(start < row_end if compact else start <= row_last),
                              Assert((start == row_addr) | ((start[:shift] == 0) if shift else 1))]
+                if not compact:
+                    m.d.comb += [Assert(row_span == (row_bytes - 1)[:bits]),
+                                 Assert(row_last == (row_addr + row_span)[:bits]),
+                                 Assert(next_row == (row_addr + stride)[:bits])]
         return m
 
 

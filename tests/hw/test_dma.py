@@ -24,6 +24,7 @@ from amaranth.sim import Simulator
 
 from tilewright.hw.axi import (BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, RESP_OKAY, AxiReadSignature,
                                AxiWriteSignature)
+import tilewright.hw.dma as dma
 from tilewright.hw.dma import LEAN_BURST_BEATS, ElementPacker, RowReader, RowWriter
 
 ADDR_WIDTH = 32
@@ -570,6 +571,21 @@ def test_read_edge_shapes(bus_bytes, elem_bytes, lean):
                                             lean=lean)
     check_elements(memory, transfers, results, elem_bytes)
     check_requests(model, transfers, bus_bytes, lean=lean)
+
+
+@pytest.mark.parametrize("bus_bytes,elem_bytes", EDGE_SHAPES, ids=EDGE_SHAPE_IDS)
+def test_compact_lean_rows_take_the_same_cycles(bus_bytes, elem_bytes, monkeypatch):
+    """The small FPGAs' lean splitter (``compact_row_arithmetic``) asks for the same bursts and delivers
+    the same elements on the same cycles as the one that computes rows ahead."""
+    transfers = edge_transfers(bus_bytes=bus_bytes, elem_bytes=elem_bytes)
+    runs = {}
+    for compact in (False, True):
+        monkeypatch.setattr(dma, "compact_row_arithmetic", lambda platform: compact)
+        runs[compact] = simulate_reads(transfers, bus_bytes=bus_bytes, elem_bytes=elem_bytes, seed=elem_bytes,
+                                       lean=True)
+    memory, model, results = runs[True]
+    check_elements(memory, transfers, results, elem_bytes)
+    assert model.requests == runs[False][1].requests and results == runs[False][2]
 
 
 def test_read_error_response_sets_error_and_completes():

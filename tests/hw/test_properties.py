@@ -28,6 +28,12 @@ def test_property_is_proved(cfg, name, tmp_path):
     prove_property(_property(cfg, name), workdir=tmp_path)
 
 
+def test_dma_bounds_holds_for_the_small_fpgas_lean_rows(tmp_path, monkeypatch):
+    """The lean splitter's compact row arithmetic (iCE40, Gowin) is proved as well as the registered one."""
+    monkeypatch.setattr(dma, "compact_row_arithmetic", lambda platform: True)
+    prove_property(_property(LEAN, "dma_bounds"), workdir=tmp_path)
+
+
 def _fails(prop_or_design, tmp_path, expected, depth=8):
     """A counterexample from reset within ``depth`` cycles (a real bug, not a weak invariant) violates an
     assertion whose source contains ``expected`` (or one of its ``|``-separated alternatives)."""
