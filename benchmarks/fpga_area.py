@@ -36,7 +36,7 @@ from amaranth.back import rtlil
 
 from tilewright.config import load_config
 from tilewright.isa import MemType
-from tilewright.fpga.boards import get_board
+from tilewright.fpga.boards import BoardError, get_board
 from tilewright.fpga.build import SYNTH, BuildError, critical_path, tool, utilization_from_stat
 from tilewright.fpga.build import synthesise as synthesise_top
 from tilewright.fpga.memory import OnChipMemory
@@ -108,15 +108,20 @@ def main(argv=None):
                         help="keep each unit's netlist and tool logs in DIR/UNIT (nextpnr's full critical path "
                              "is in its pnr.log)")
     args = parser.parse_args(argv)
-    if args.timing is not None and (args.family != "ecp5" or args.timing <= 0):
-        parser.error("--timing takes a positive clock in MHz and needs --family ecp5")
     addr_width = 32
-    board = get_board(args.board or FAMILY_BOARD[args.family])
     if args.board:
+        try:
+            board = get_board(args.board)
+        except BoardError as exc:
+            parser.error(str(exc))
         args.family = board.family
         if "--config" not in (argv if argv is not None else sys.argv):
             args.config = board.config
         addr_width = (board.mem_bytes - 1).bit_length()
+    else:
+        board = get_board(FAMILY_BOARD[args.family])
+    if args.timing is not None and (args.family != "ecp5" or args.timing <= 0):
+        parser.error("--timing takes a positive clock in MHz and an ECP5 family or board")
     cfg = load_config(args.config)
     result = {"family": args.family, "config": cfg.name, "fingerprint": cfg.fingerprint, "tag": cfg.tag,
               "addr_width": addr_width, "yosys": SYNTH[args.family], "units": {}}

@@ -51,7 +51,7 @@ from .sram import alu_granularity, sram_shape
 __all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply", "OPERAND_COPIES_FROM"]
 
 #: A GEMM of this many products or more copies its operand registers for each product (a stage more):
-#: its DSP blocks are spread over the DSP columns of a large FPGA.
+#: its DSP blocks are spread along the DSP rows of a large FPGA.
 OPERAND_COPIES_FROM = 64
 
 class LoopGenerator(wiring.Component):
