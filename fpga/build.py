@@ -212,9 +212,13 @@ def _pnr_args(board, platform, *, freq_mhz, seed):
               "--timing-allow-fail"]
     if board.family == "ecp5":
         # router2: router1 (the ECP5 default) left thousands of wires overused after an hour on the SoC.
+        # The electrostatic placer: the default (HeAP) packed the 85F's whole accelerator into a quarter of
+        # the die, where router2 never cleared the last few hundred overused wires; spread out, the same
+        # netlist routes in a few minutes, and faster (docs/fpga.md, "Placement").
         return [tool(NEXTPNR["ecp5"]), platform._nextpnr_device_options[platform.device], "--package",
                 platform._nextpnr_package_options[platform.package].upper(), "--speed", str(platform.speed),
-                "--lpf", "top.lpf", "--textcfg", "top.config", "--router", "router2", *common]
+                "--lpf", "top.lpf", "--textcfg", "top.config", "--placer", "static", "--router", "router2",
+                *common]
     if board.family == "ice40":
         return [tool(NEXTPNR["ice40"]), platform._nextpnr_device_options[platform.device], "--package",
                 platform.package.lower(), "--pcf", "top.pcf", "--asc", "top.asc", *common]

@@ -31,7 +31,7 @@ from . import axi as axi_spec
 from .arbiter import next_in_turn
 from .axi import (BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, RESP_OKAY, AxiReadSignature,
                   AxiWriteSignature)
-from .dsp import is_gowin, is_ice40
+from .dsp import is_small_fpga
 
 __all__ = ["TransferLayout", "BeatLayout", "ReadClient", "RowReader", "ReaderShare", "attach_reader", "ElementPacker",
            "RowWriter", "LEAN_BURST_BEATS"]
@@ -306,7 +306,7 @@ class _BurstSplitter(_Splitter):
 def compact_row_arithmetic(platform):
     """Whether a lean splitter built for ``platform`` computes each row's end and the next row's address
     as it needs them (the small FPGAs: fewer LUTs) rather than ahead in registers (a faster clock)."""
-    return is_ice40(platform) or is_gowin(platform)
+    return is_small_fpga(platform)
 
 
 class _LeanBurstSplitter(_Splitter):

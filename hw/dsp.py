@@ -36,6 +36,12 @@ def is_gowin(platform):
     return isinstance(platform, GowinPlatform)
 
 
+def is_small_fpga(platform):
+    """Whether ``platform`` is one of the small FPGAs (iCE40, Gowin): there a LUT counts for more than a
+    faster clock, so units that have two forms taking the same cycles choose the smaller."""
+    return is_ice40(platform) or is_gowin(platform)
+
+
 def ice40_product_pair(m, operands, *, name):
     """Two products ``a · b`` of signed 8-bit values from one SB_MAC16 in its 8×8 mode (Yosys maps each
     ``*`` to a whole SB_MAC16), two cycles after the operands: the block's A/B input registers, then

@@ -10,6 +10,7 @@ from tilewright.isa import ERROR_BITS, ErrorCode, MemType
 
 from .arbiter import next_in_turn
 from .dma import ElementPacker, ReadClient
+from .dsp import is_small_fpga
 from .sram import load_granularity, load_slices, sram_shape
 from .transfer_check import MAX_EXTENT, TransferCheck
 
@@ -304,12 +305,23 @@ class LoadShare(wiring.Component):
                          client.bytes_read.eq(bytes_read)]
             with m.If(mine & loader.done):
                 m.d.sync += bytes_read.eq(loader.bytes_read)
-        m.d.comb += loader.insn.eq(one_of([served == k for k in range(self.count)], [c.insn for c in clients]))
         with m.If(busy & loader.done):
             m.d.sync += [busy.eq(0), pending.bit_select(served, 1).eq(0)]
-        kick = Signal()         # the loader starts the cycle after the grant, once `served` selects its insn
+        kick = Signal()         # the loader starts the cycle after the grant, once the insn is the client's
         m.d.sync += kick.eq(0)
         m.d.comb += loader.start.eq(kick)
-        with m.If(~busy & pending.any()):
-            m.d.sync += [busy.eq(1), served.eq(next_in_turn(pending, served)), kick.eq(1)]
+        grant, choice = ~busy & pending.any(), next_in_turn(pending, served)
+        with m.If(grant):
+            m.d.sync += [busy.eq(1), served.eq(choice), kick.eq(1)]
+        insns = [c.insn for c in clients]
+        if is_small_fpga(platform):
+            m.d.comb += loader.insn.eq(one_of([served == k for k in range(self.count)], insns))
+        else:
+            # Elsewhere from a register loaded at the grant (a client holds its insn from start to done):
+            # every cycle of the loader depends on the instruction, and on a large FPGA the clients' insn
+            # registers sit in their streams, far from it. The same cycles either way.
+            insn = Signal.like(loader.insn, reset_less=True)
+            m.d.comb += loader.insn.eq(insn)
+            with m.If(grant):
+                m.d.sync += insn.eq(one_of([choice == k for k in range(self.count)], insns))
         return m
