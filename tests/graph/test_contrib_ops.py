@@ -98,7 +98,10 @@ def test_contrib_operators_compute_what_onnxruntime_does(op, build, dtype):
 
 @pytest.mark.parametrize("quantized_output", [True, False])
 def test_qgemm_computes_what_onnxruntime_does(quantized_output):
-    a, b = _q((3, 16), np.uint8), _q((8, 16), np.int8)
+    # 7-bit weights: onnxruntime's uint8 x int8 kernels on x86 without VNNI (AVX2's vpmaddubsw) add pairs of
+    # products in saturating 16 bits, so full-range operands make the oracle itself inexact on such machines
+    # (onnxruntime's own advice there: quantize with reduce_range)
+    a, b = _q((3, 16), np.uint8), RNG.integers(-64, 64, (8, 16)).astype(np.int8)
     constants = {"as": _scale(0.02), "az": _zp(128), "b": b, "bs": _scale(0.01), "bz": _zp(0, np.int8),
                  "c": RNG.integers(-500, 500, 8).astype(np.int32)}
     order = ["a", "as", "az", "b", "bs", "bz", "c"]

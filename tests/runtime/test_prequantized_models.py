@@ -40,7 +40,9 @@ def _quantized_by_onnxruntime(tmp_path, fmt, **options):
 @pytest.mark.parametrize("fmt, options", [
     ("QDQ", {}), ("QOperator", {}),
     ("QDQ", {"activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True}),
-    ("QOperator", {"activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True}),
+    # (reduce_range: 7-bit weights, as onnxruntime advises for uint8 x int8 on x86 without VNNI, where its
+    # kernels add pairs of products in saturating 16 bits and the oracle itself is inexact)
+    ("QOperator", {"activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True, "reduce_range": True}),
 ], ids=["qdq-defaults", "qoperator-defaults", "qdq-uint8-per-channel", "qoperator-uint8-per-channel"])
 def test_a_cnn_quantized_by_onnxruntime_runs_its_convolutions_on_the_accelerator(tmp_path, fmt, options):
     options = {k: getattr(quantization.QuantType, v) if k.endswith("_type") else v for k, v in options.items()}
