@@ -53,7 +53,8 @@ def cmd_build(args):
     try:
         reports = build_bitstreams(board.name, config=cfg, freq_mhz=args.freq, seeds=args.seed,
                                    out_dirs=[args.output] if args.output else None, jobs=args.jobs,
-                                   progress=lambda line: print(line, flush=True), link_test=args.link_test)
+                                   progress=lambda line: print(line, flush=True), link_test=args.link_test,
+                                   place=not args.synth_only)
     except (BuildError, BoardError) as e:
         raise _error(str(e)) from None
     for report in reports:
@@ -62,6 +63,9 @@ def cmd_build(args):
     spread = seed_spread(reports)
     if spread:
         print(spread)
+    if args.synth_only:
+        print(f"fits {board.title} (synthesis only: no place and route, no bitstream)")
+        return
     failed = [r for r in reports if r.get("error") or not r["timing_met"]]
     if failed:
         first = failed[0]
@@ -148,7 +152,8 @@ def cmd_simulate(args):
     print(f"building the simulated {board.title} (config {cfg.name}, {board.mem_bytes // 1024} KiB memory; "
           f"the first build takes a minute)", flush=True)
     try:
-        with SimulatedBoard(cfg, mem_bytes=board.mem_bytes, clock_hz=int(board.freq_mhz * 1e6)) as sim:
+        with SimulatedBoard(cfg, mem_bytes=board.mem_bytes, clock_hz=int(board.freq_mhz * 1e6),
+                            mem_options=board.memory_options) as sim:
             print(f"port {sim.port}", flush=True)
             print(f"use it with: tilewright run MODEL.twm -i INPUT.npy --backend fpga --port {sim.port} "
                   f"(models compiled with --config {cfg.name}); Ctrl-C stops", flush=True)
@@ -193,6 +198,39 @@ def cmd_check(args):
           f"over the link)")
 
 
+def cmd_paths(args):
+    from tilewright.fpga.paths import estimate_paths, group_paths
+    folder = Path(args.build)
+    netlist_path = folder / "top.json" if folder.is_dir() else folder
+    report_path = netlist_path.with_name("report.json")
+    if not netlist_path.is_file():
+        raise _error(f"no synthesised netlist at {netlist_path}: give a build folder "
+                     f"(`tilewright fpga build ... --synth-only -o DIR` makes one in a minute or two)")
+    try:
+        netlist = json.loads(netlist_path.read_text())
+        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    except ValueError as e:
+        raise _error(f"cannot read {netlist_path} or its report: {e}") from None
+    if "top" not in netlist.get("modules", {}) or not any(
+            c["type"] == "TRELLIS_FF" for c in netlist["modules"]["top"]["cells"].values()):
+        raise _error(f"{netlist_path} is not an ECP5 netlist (the estimate knows the ECP5's cells only)")
+    freq = args.freq or report.get("clock_mhz")
+    if not freq:
+        raise _error("give --freq MHZ (no report.json beside the netlist says the build's clock)")
+    period = 1000.0 / freq
+    paths = estimate_paths(netlist, hop_ns=args.hop)
+    groups = group_paths(paths, period)
+    late = sum(n for _, n, _, _ in groups)
+    print(f"{late} of {len(paths)} endpoints estimated later than {period:.2f} ns ({freq:g} MHz, "
+          f"{args.hop} ns per net); the latest {paths[0]['ns']} ns")
+    for ns, count, start, end in groups[:args.top]:
+        print(f"{ns:6.2f} ns {count:5d}  {start} -> {end}")
+    if len(groups) > args.top:
+        print(f"... and {len(groups) - args.top} more groups (--top N)")
+    if args.path:
+        print("latest path: " + " -> ".join(paths[0]["path"]))
+
+
 def add_parser(sub):
     fpga = sub.add_parser("fpga", help="boards, bitstreams, the simulated board").add_subparsers(
         dest="fpga_command", required=True)
@@ -208,6 +246,8 @@ def add_parser(sub):
                     help="place-and-route seed; several: one synthesis, a build per seed and the Fmax spread")
     sp.add_argument("--jobs", type=int, help="seeds placed and routed at a time (default: one per core)")
     sp.add_argument("-o", "--output", help="output folder (default build/fpga/BOARD-CONFIG-FREQ-seedN)")
+    sp.add_argument("--synth-only", action="store_true",
+                    help="stop after synthesis: the resources used and whether they fit, in a minute or two")
     sp.add_argument("--link-test", action="store_true",
                     help="the SoC without the accelerator: a board's link and memory, checked with `fpga check` "
                          "after a build of a minute or two")
@@ -227,6 +267,15 @@ def add_parser(sub):
     sp.add_argument("--record", action="store_true",
                     help="also keep the reports in docs/fpga_reports/ (the table in docs/fpga.md)")
     sp.set_defaults(func=cmd_report)
+
+    sp = fpga.add_parser("paths", help="every path of a synthesised ECP5 build estimated against a clock, "
+                                       "in seconds (nextpnr reports one, after minutes)")
+    sp.add_argument("build", help="a build folder (its top.json) or a Yosys JSON netlist")
+    sp.add_argument("--freq", type=float, help="clock in MHz (default: the build's)")
+    sp.add_argument("--top", type=int, default=30, help="groups to list (default 30)")
+    sp.add_argument("--hop", type=float, default=1.3, help="ns per net (default 1.3)")
+    sp.add_argument("--path", action="store_true", help="also print the latest path's nets")
+    sp.set_defaults(func=cmd_paths)
 
     sp = fpga.add_parser("program", help="load a bitstream onto a board with openFPGALoader")
     sp.add_argument("--board", required=True)

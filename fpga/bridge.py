@@ -133,16 +133,36 @@ class HostBridge(wiring.Component):
             with m.Elif(timed_out):
                 m.next = "SYNC"
 
+        # A byte sent enters the CRC a cycle later, from a register (what is sent is chosen by a
+        # multiplexer; the CRC after it would be a long path); the next byte waits for it.
+        sent = Signal(8)
+        crc_due = Signal()
+        with m.If(crc_due):
+            m.d.sync += [crc.eq(crc16_next(crc, sent)), crc_due.eq(0)]
+
         def send(value, next_state, *, checked=True):
-            m.d.comb += [tx.valid.eq(1), tx.payload.eq(value)]
-            with m.If(tx.ready):
+            """Offer ``value`` to the UART and go on when it is taken; returns whether it is taken."""
+            taken = tx.ready & ~crc_due
+            m.d.comb += [tx.valid.eq(~crc_due), tx.payload.eq(value)]
+            with m.If(taken):
                 if checked:
-                    m.d.sync += crc.eq(crc16_next(crc, value))
+                    m.d.sync += [sent.eq(value), crc_due.eq(1)]
                 m.next = next_state
+            return taken
 
         def reply(code, length=0):
             m.d.sync += [status.eq(code), reply_length.eq(length), crc.eq(protocol.CRC_INIT), index.eq(0)]
             m.next = "TX_SYNC"
+
+        # What EXECUTE decides on, from registers: the request is complete a cycle (CHECK) before.
+        crc_ok, length_ok, read_in_range = Signal(), Signal(), Signal()
+        with m.Switch(command):
+            for cmd, expected in protocol.PAYLOAD_LENGTHS.items():
+                with m.Case(cmd):
+                    m.d.sync += length_ok.eq(length >= 4 if expected is None else length == expected)
+            with m.Default():
+                m.d.sync += length_ok.eq(0)
+        m.d.sync += [crc_ok.eq(received_crc == crc), read_in_range.eq(address + count <= self.mem_bytes)]
 
         receiving = Signal()
         with m.FSM() as fsm:
@@ -195,18 +215,15 @@ class HostBridge(wiring.Component):
                     m.d.sync += received_crc[:8].eq(byte)
             with m.State("CRC1"):
                 m.d.comb += receiving.eq(1)
-                received("EXECUTE", checked=False)
+                received("CHECK", checked=False)
                 with m.If(take):
                     m.d.sync += received_crc[8:].eq(byte)
+            with m.State("CHECK"):                      # (the checks below are registered: a cycle to settle)
+                m.next = "EXECUTE"
             with m.State("EXECUTE"):
-                length_ok = Signal()
-                with m.Switch(command):
-                    for cmd, expected in protocol.PAYLOAD_LENGTHS.items():
-                        with m.Case(cmd):
-                            m.d.comb += length_ok.eq(length >= 4 if expected is None else length == expected)
                 with m.If(write_pending):
                     pass                                # the last data byte is still going to memory
-                with m.Elif(received_crc != crc):
+                with m.Elif(~crc_ok):
                     reply(Status.BAD_CRC)
                 with m.Elif(~length_ok):
                     reply(Status.BAD_COMMAND)
@@ -223,7 +240,7 @@ class HostBridge(wiring.Component):
                 with m.Else():                          # MEM_READ
                     with m.If(self.run_busy):
                         reply(Status.BUSY)
-                    with m.Elif(address + count > self.mem_bytes):
+                    with m.Elif(~read_in_range):
                         reply(Status.BAD_ADDRESS)
                     with m.Else():
                         reply(Status.OK, count)
@@ -265,16 +282,14 @@ class HostBridge(wiring.Component):
                 with m.Else():
                     source = Mux(command == Command.INFO, info.word_select(index[:5], 8),
                                  value.word_select(index[:2], 8))
-                    send(source, "TX_PAYLOAD")
-                    with m.If(tx.ready):
+                    with m.If(send(source, "TX_PAYLOAD")):
                         m.d.sync += index.eq(index + 1)
             with m.State("TX_MEMORY"):
                 with m.If(mem.rvalid):
                     m.d.sync += out_byte.eq(mem.rdata)
                     m.next = "TX_MEMORY_BYTE"
             with m.State("TX_MEMORY_BYTE"):
-                send(out_byte, "TX_PAYLOAD")
-                with m.If(tx.ready):
+                with m.If(send(out_byte, "TX_PAYLOAD")):
                     m.d.sync += index.eq(index + 1)
             with m.State("TX_CRC0"):
                 send(crc[:8], "TX_CRC1", checked=False)

@@ -283,12 +283,15 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
 
 
 def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_dirs=None, progress=print,
-                     link_test=False, jobs=None):
+                     link_test=False, jobs=None, place=True):
     """Synthesise once and place and route with each of ``seeds``, up to ``jobs`` at a time (default: one
     per core; nextpnr is single-threaded). Returns one report per seed, each also written to its folder
     (``out_dirs``, default ``build/fpga/BOARD-CONFIG-FREQ-seedN``); a seed that misses timing is in its
     report (``timing_met``), as is one whose place and route failed (``error``). Raises :class:`BuildError`
-    when the design does not fit."""
+    when the design does not fit.
+
+    ``place=False`` stops after synthesis and the fit check: one report (``timing_met`` None, no
+    bitstream), in the first seed's folder; the resources a config uses in a minute or two."""
     board = get_board(board_name)
     if link_test:
         cfg, config_name, fingerprint, tag, bus_bytes = (None, LINK_TEST, LINK_TEST_FINGERPRINT, "no accelerator",
@@ -348,6 +351,10 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
         kind, need, have = over[0]
         raise BuildError(f"config {config_name} does not fit {board.title}: {kind} {need} needed, {have} available"
                          + "".join(f"; {k} {n} > {h}" for k, n, h in over[1:]))
+    if not place:
+        report.update(seed=seeds[0], timing_met=None)
+        _write(out, report, started, ok=True)
+        return [report]
     report["tools"]["nextpnr"] = _version(tool(NEXTPNR[board.family]))
 
     # Every seed places and routes the one netlist, in its own folder (linked there: YoWASP's tools see

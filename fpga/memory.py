@@ -14,6 +14,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
 from tilewright.hw.axi import RESP_OKAY, RESP_SLVERR, AxiSignature
+from tilewright.hw.register_slice import AxiRegisterSlice, slice_channel
 
 from .bridge import HostPortSignature
 
@@ -35,6 +36,11 @@ class OnChipMemory(wiring.Component):
     SPRAM only with its inputs driven the plain way, and a 24 MHz part
     does not need the register.)
 
+    ``register_slice`` joins the AXI port through an
+    :class:`~tilewright.hw.register_slice.AxiRegisterSlice` and the host's
+    requests through a skid buffer: a cycle more each way, and no path from
+    the accelerator's or the bridge's logic into the memory's.
+
     Members
     -------
     axi : In(AxiSignature)
@@ -42,11 +48,12 @@ class OnChipMemory(wiring.Component):
     host : In(HostPortSignature)
     """
 
-    def __init__(self, *, size, data_width, addr_width=32, id_width=1, ram_style=None, input_register=False):
+    def __init__(self, *, size, data_width, addr_width=32, id_width=1, ram_style=None, input_register=False,
+                 register_slice=False):
         if size % (data_width // 8):
             raise ValueError(f"memory size {size} is not a whole number of {data_width}-bit words")
         self.size, self.data_width, self.ram_style = size, data_width, ram_style
-        self.input_register = input_register
+        self.input_register, self.register_slice = input_register, register_slice
         #: Read beats that may wait for R: one per cycle from a read's request to its entering the FIFO,
         #: plus one, so that a burst streams one beat per cycle.
         self.r_fifo_depth = 5 if input_register else 4
@@ -73,6 +80,14 @@ class OnChipMemory(wiring.Component):
             ram_write.en.eq(write_en)]
         m.d.comb += ram_read.en.eq(1 if self.input_register else read_en)
         axi, host = self.axi, self.host
+        if self.register_slice:
+            m.submodules.axi_slice = axi_slice = AxiRegisterSlice(
+                addr_width=len(axi.araddr), data_width=self.data_width, id_width=len(axi.arid))
+            wiring.connect(m, wiring.flipped(self.axi), axi_slice.s)
+            axi = axi_slice.m
+            host = HostPortSignature().flip().create(path=("host_sliced",))
+            slice_channel(m, "host_slice", self.host, host, payload=("addr", "write", "wdata"))
+            m.d.comb += [self.host.rvalid.eq(host.rvalid), self.host.rdata.eq(host.rdata)]
 
         # -- read data: RAM · register · FIFO · R ----------------------------------------------
         # The RAM's output is registered before anything uses it and R is fed from a small FIFO, so

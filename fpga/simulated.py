@@ -24,29 +24,33 @@ SIM_DIVISOR = 8
 
 
 @functools.lru_cache(maxsize=4)
-def _soc_verilog(cfg, mem_bytes, clock_hz):
+def _soc_verilog(cfg, mem_bytes, clock_hz, mem_options):
     from amaranth.back import verilog
 
     from .soc import SocCore
-    return verilog.convert(SocCore(cfg, mem_bytes=mem_bytes, divisor=SIM_DIVISOR, clock_hz=clock_hz), name="top")
+    return verilog.convert(SocCore(cfg, mem_bytes=mem_bytes, divisor=SIM_DIVISOR, clock_hz=clock_hz,
+                                   mem_options=dict(mem_options)), name="top")
 
 
-def build_board(cfg, *, mem_bytes, clock_hz):
+def build_board(cfg, *, mem_bytes, clock_hz, mem_options=None):
     """The simulated board's executable for ``cfg`` (None: the link test, no accelerator) with
-    ``mem_bytes`` of on-chip memory (cached)."""
+    ``mem_bytes`` of on-chip memory laid out as ``mem_options`` says (a board's
+    :attr:`~tilewright.fpga.boards.Board.memory_options`; default plain), cached."""
     from .soc import LINK_TEST
+    options = tuple(sorted((mem_options or {}).items()))        # (hashable, for the cache of the Verilog)
     key = f"{cfg.tag}-{cfg.fingerprint[:8]}" if cfg else LINK_TEST
-    return build_executable(f"board-{key}-{mem_bytes}", _soc_verilog(cfg, mem_bytes, clock_hz),
+    return build_executable(f"board-{key}-{mem_bytes}", _soc_verilog(cfg, mem_bytes, clock_hz, options),
                             HARNESS, {"tw_board.h": f"#pragma once\n#define UART_DIVISOR {SIM_DIVISOR}\n"},
                             what=f"the simulated board for {cfg.name if cfg else LINK_TEST}")
 
 
 class SimulatedBoard:
     """A running simulated board; ``port`` is the pseudo-terminal to open. Use as a context manager.
-    ``cfg`` None runs the link test (the SoC without the accelerator)."""
+    ``cfg`` None runs the link test (the SoC without the accelerator); ``mem_options`` as for
+    :func:`build_board`."""
 
-    def __init__(self, cfg, *, mem_bytes, clock_hz):
-        exe = build_board(cfg, mem_bytes=mem_bytes, clock_hz=clock_hz)
+    def __init__(self, cfg, *, mem_bytes, clock_hz, mem_options=None):
+        exe = build_board(cfg, mem_bytes=mem_bytes, clock_hz=clock_hz, mem_options=mem_options)
         self.proc = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True)
         self.port = self.proc.stdout.readline().strip()
         if not self.port:

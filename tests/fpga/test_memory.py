@@ -11,17 +11,19 @@ from tilewright.hw.axi import RESP_OKAY, RESP_SLVERR
 SIZE = 4096
 WIDTH = 64
 WORD = WIDTH // 8
+#: OnChipMemory's layouts: plain (the small FPGAs), and the ECP5's.
+LAYOUTS = [{}, {"input_register": True}, {"input_register": True, "register_slice": True}]
 
 
-def run_memory(script, *, seed, rready_rate=1.0, input_register=False):
+def run_memory(script, *, seed, rready_rate=1.0, layout=None):
     """Run ``script(ctx, dut, rng, read_burst, write_burst, host_read, host_write)`` on an OnChipMemory.
 
     The helpers perform one transaction each and return what came back:
-    ``read_burst(addr, beats, id)`` → list of (data, resp, last, id) per beat and
+    ``layout``: OnChipMemory's keywords. ``read_burst(addr, beats, id)`` → list of (data, resp, last, id) per beat and
     the cycles from the address handshake to the last beat; ``write_burst(addr,
     words, strobes, id)`` → (bresp, bid); ``host_read(addr)`` → byte.
     """
-    dut = OnChipMemory(size=SIZE, data_width=WIDTH, id_width=2, input_register=input_register)
+    dut = OnChipMemory(size=SIZE, data_width=WIDTH, id_width=2, **(layout or {}))
     axi, host = dut.axi, dut.host
     rng = random.Random(seed)
 
@@ -90,9 +92,9 @@ def word_of(model, addr):
     return int.from_bytes(model[addr:addr + WORD], "little")
 
 
-@pytest.mark.parametrize("input_register", [False, True])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: "+".join(layout) or "plain")
 @pytest.mark.parametrize("rready_rate", [1.0, 0.4])
-def test_bursts_and_host_bytes_match_a_bytearray(rready_rate, input_register):
+def test_bursts_and_host_bytes_match_a_bytearray(rready_rate, layout):
     """Random host writes, AXI write bursts with strobes and AXI read bursts (R held off at random) agree
     with a bytearray; ids, rlast and responses are right, and bursts beyond the memory answer SLVERR."""
     model = bytearray(SIZE)
@@ -130,11 +132,11 @@ def test_bursts_and_host_bytes_match_a_bytearray(rready_rate, input_register):
         assert await write_burst(SIZE - WORD, [0x1234, 2], [0xFF, 0xFF], 2) == (RESP_SLVERR, 2)
         assert [await host_read(SIZE - WORD + k) for k in range(2)] == [0x34, 0x12]
 
-    run_memory(script, seed=int(rready_rate * 10), rready_rate=rready_rate, input_register=input_register)
+    run_memory(script, seed=int(rready_rate * 10), rready_rate=rready_rate, layout=layout)
 
 
-@pytest.mark.parametrize("input_register", [False, True])
-def test_a_read_burst_streams_one_beat_per_cycle(input_register):
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: "+".join(layout) or "plain")
+def test_a_read_burst_streams_one_beat_per_cycle(layout):
     """With R always ready a 16-beat burst's last beat leaves a fixed few cycles after its first could."""
     cycles = {}
 
@@ -142,5 +144,5 @@ def test_a_read_burst_streams_one_beat_per_cycle(input_register):
         for beats in (1, 16, 64):
             _, cycles[beats] = await read_burst(0, beats, 0)
 
-    run_memory(script, seed=0, input_register=input_register)
+    run_memory(script, seed=0, layout=layout)
     assert cycles[16] - cycles[1] == 15 and cycles[64] - cycles[1] == 63, cycles

@@ -1,0 +1,81 @@
+"""The path estimate over hand-made ECP5 netlists: arrivals by the documented model, the latest input
+chosen, carry chains without nets, grouping by start and end register, and the CLI on bad input."""
+
+import json
+
+import pytest
+
+from tilewright.cli import main
+from tilewright.fpga import paths
+from tilewright.fpga.paths import estimate_paths, group_paths
+
+HOP = 1.0
+
+
+def netlist(cells, names):
+    """A Yosys JSON netlist of module ``top`` from {cell: (type, {port: (direction, bits)})}."""
+    return {"modules": {"top": {
+        "cells": {n: {"type": t, "port_directions": {p: d for p, (d, _) in ports.items()},
+                      "connections": {p: bits for p, (_, bits) in ports.items()}}
+                  for n, (t, ports) in cells.items()},
+        "netnames": {name: {"bits": [bit], "hide_name": 0} for name, bit in names.items()}}}}
+
+
+def ff(d, q, *, ce=None):
+    ports = {"DI": ("input", [d]), "Q": ("output", [q]), "CLK": ("input", [99])}
+    if ce is not None:
+        ports["CE"] = ("input", [ce])
+    return "TRELLIS_FF", ports
+
+
+def lut(inputs, z):
+    return "LUT4", {**{p: ("input", [b]) for p, b in zip("ABCD", inputs)}, "Z": ("output", [z])}
+
+
+def test_a_lut_chain_arrives_by_the_model_from_its_latest_input():
+    # a -> LUT -> LUT -> b.DI, and c -> the second LUT directly (an earlier input, not the path).
+    cells = {"a": ff(20, 1), "c": ff(21, 2), "l1": lut([1], 3), "l2": lut([3, 2], 4), "b": ff(4, 5)}
+    names = {"a": 1, "c": 2, "x": 3, "y": 4, "b": 5}
+    result = estimate_paths(netlist(cells, names), hop_ns=HOP)
+    latest = result[0]
+    expected = paths.FF_CLK_TO_Q_NS + HOP + 2 * (paths.LUT_NS + HOP) + paths.SETUP_NS["DI"]
+    assert (latest["name"], latest["port"]) == ("b", "DI")
+    assert latest["ns"] == pytest.approx(expected, abs=0.01)
+    assert latest["path"] == ["a", "x", "y"]
+
+
+def test_a_carry_chain_ripples_without_nets():
+    # r -> CCU2C #1 (A0) -> COUT -> CCU2C #2 CIN -> S0 -> s.DI
+    cells = {"r": ff(20, 1),
+             "c1": ("CCU2C", {"A0": ("input", [1]), "COUT": ("output", [2]), "S0": ("output", [6])}),
+             "c2": ("CCU2C", {"CIN": ("input", [2]), "S0": ("output", [3]), "COUT": ("output", [7])}),
+             "s": ff(3, 4)}
+    result = {(e["name"], e["port"]): e["ns"] for e in estimate_paths(netlist(cells, {"r": 1, "s": 4}), hop_ns=HOP)}
+    expected = (paths.FF_CLK_TO_Q_NS + HOP + paths.CARRY_NS + paths.SUM_NS + HOP + paths.SETUP_NS["DI"])
+    assert result[("s", "DI")] == pytest.approx(expected, abs=0.01)
+
+
+def test_groups_count_late_endpoints_by_registers():
+    # Two bits of one register fed from a through one LUT; a third endpoint straight from a.
+    cells = {"a": ff(20, 1), "l": lut([1], 2), "q0": ff(2, 3), "q1": ff(2, 4), "z": ff(1, 5, ce=2)}
+    names = {"a": 1, "n": 2, "q[0]": 3, "q[1]": 4, "z": 5}
+    result = estimate_paths(netlist(cells, names), hop_ns=HOP)
+    through_lut = paths.FF_CLK_TO_Q_NS + HOP + paths.LUT_NS + HOP + paths.SETUP_NS["DI"]
+    assert group_paths(result, through_lut - 0.05) == [(pytest.approx(through_lut, abs=0.01), 2, "a", "q.DI"),
+                                                     (pytest.approx(through_lut + 0.2, abs=0.01), 1, "a", "z.CE")][::-1]
+    assert group_paths(result, 100.0) == []
+
+
+def test_the_cli_lists_groups_and_refuses_what_it_cannot_read(tmp_path, capsys):
+    cells = {"a": ff(20, 1), "l": lut([1], 2), "b": ff(2, 3)}
+    (tmp_path / "top.json").write_text(json.dumps(netlist(cells, {"a": 1, "n": 2, "b": 3})))
+    assert main(["fpga", "paths", str(tmp_path), "--freq", "500"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("1 of 2 endpoints estimated later than 2.00 ns") and "a -> b.DI" in out
+    assert main(["fpga", "paths", str(tmp_path)]) == 1           # no report: no clock
+    assert "give --freq" in capsys.readouterr().err
+    (tmp_path / "top.json").write_text(json.dumps({"modules": {"top": {"cells": {}, "netnames": {}}}}))
+    assert main(["fpga", "paths", str(tmp_path), "--freq", "100"]) == 1
+    assert "not an ECP5 netlist" in capsys.readouterr().err
+    assert main(["fpga", "paths", str(tmp_path / "nothing")]) == 1
+    assert "no synthesised netlist" in capsys.readouterr().err
