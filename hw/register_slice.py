@@ -64,14 +64,18 @@ def slice_channel(m, name, source, sink, *, valid="valid", ready="ready", payloa
                  getattr(sink, valid).eq(buf.o_valid), buf.o_ready.eq(getattr(sink, ready))]
 
 
-#: The AXI channels: (valid, ready, payload members), each from the manager's side.
-_CHANNELS = {
-    "ar": ("arvalid", "arready", ("arid", "araddr", "arlen", "arsize", "arburst")),
-    "aw": ("awvalid", "awready", ("awid", "awaddr", "awlen", "awsize", "awburst")),
-    "w": ("wvalid", "wready", ("wdata", "wstrb", "wlast")),
-    "r": ("rvalid", "rready", ("rid", "rdata", "rresp", "rlast")),
-    "b": ("bvalid", "bready", ("bid", "bresp")),
-}
+#: The AXI channels, by the prefix of their members' names (``ar``: ``arvalid``, ``araddr``, ...).
+_CHANNELS = ("ar", "aw", "w", "r", "b")
+
+
+def _channel_members(signature, channel):
+    """(payload member names, whether it flows manager to subordinate) of ``channel`` in ``signature``
+    (a manager's):
+    taken from the signature itself, so a member added to it is carried through the slice."""
+    names = [n for n in signature.members
+             if n.startswith(channel) and not any(n.startswith(c) for c in _CHANNELS if len(c) > len(channel))]
+    payload = [n for n in names if n not in (f"{channel}valid", f"{channel}ready")]
+    return payload, signature.members[f"{channel}valid"].flow == Out
 
 
 class AxiRegisterSlice(wiring.Component):
@@ -87,12 +91,14 @@ class AxiRegisterSlice(wiring.Component):
     """
 
     def __init__(self, *, addr_width, data_width, id_width=1):
-        signature = AxiSignature(addr_width=addr_width, data_width=data_width, id_width=id_width)
-        super().__init__({"s": In(signature), "m": Out(signature)})
+        self.axi_signature = AxiSignature(addr_width=addr_width, data_width=data_width, id_width=id_width)
+        super().__init__({"s": In(self.axi_signature), "m": Out(self.axi_signature)})
 
     def elaborate(self, platform):
         m = Module()
-        for channel, (valid, ready, payload) in _CHANNELS.items():
-            source, sink = (self.s, self.m) if channel in ("ar", "aw", "w") else (self.m, self.s)
-            slice_channel(m, channel, source, sink, valid=valid, ready=ready, payload=payload)
+        for channel in _CHANNELS:
+            payload, forward = _channel_members(self.axi_signature, channel)
+            source, sink = (self.s, self.m) if forward else (self.m, self.s)
+            slice_channel(m, channel, source, sink, valid=f"{channel}valid", ready=f"{channel}ready",
+                          payload=payload)
         return m
