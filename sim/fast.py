@@ -83,8 +83,10 @@ def build_executable(prefix, verilog, harness, headers, *, what):
         for name, text in headers.items():
             (build_dir / name).write_text(text)
         _verilator_env("-O3")        # (MAKEFLAGS: one word; -march goes with the harness's own flags)
+        # The generated headers from the build folder (make runs in obj_dir), named relatively so that the
+        # run-time library's compile flags are the same in every build and sim/objcache.py keeps one copy.
         cmd = ["verilator", "--cc", "--exe", "--build", "-j", str(os.cpu_count() or 2), *BUILD_ARGS,
-               "--top-module", "top", "top.v", str(harness), "-CFLAGS", f"-I{build_dir} {HARNESS_CXX_FLAGS}",
+               "--top-module", "top", "top.v", str(harness), "-CFLAGS", f"-I.. {HARNESS_CXX_FLAGS}",
                "--Mdir", "obj_dir", "-o", "tw_harness"]
         log = build_dir / "build.log"
         with open(log, "w") as f:

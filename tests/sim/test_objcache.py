@@ -1,0 +1,68 @@
+"""sim/objcache.py: Verilator's run-time library compiled once and reused, everything else compiled as asked."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from tilewright.sim import objcache
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+@pytest.fixture
+def library(tmp_path, monkeypatch):
+    """A fake VERILATOR_ROOT with one library source, and the object store."""
+    root = tmp_path / "verilator"
+    root.mkdir()
+    (root / "lib.cpp").write_text("int answer() { return 42; }\n")
+    monkeypatch.setenv("VERILATOR_ROOT", str(root))
+    monkeypatch.setenv("TW_OBJCACHE_DIR", str(tmp_path / "store"))
+    return root
+
+
+def compile_in(folder, source, *flags):
+    folder.mkdir(exist_ok=True)
+    obj = folder / "lib.o"
+    assert objcache.main(["g++", *flags, "-MMD", "-c", "-o", str(obj), str(source)]) == 0
+    return obj
+
+
+def test_a_library_object_is_compiled_once_and_copied_after(library, tmp_path, monkeypatch):
+    first = compile_in(tmp_path / "a", library / "lib.cpp", "-O1")
+    assert (tmp_path / "a" / "lib.d").exists()
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda args: calls.append(args) or 1)
+    second = compile_in(tmp_path / "b", library / "lib.cpp", "-O1")
+    assert not calls
+    assert second.read_bytes() == first.read_bytes()
+    assert (tmp_path / "b" / "lib.d").read_text() == (tmp_path / "a" / "lib.d").read_text()
+
+
+def test_other_flags_or_another_source_compile_again(library, tmp_path, monkeypatch):
+    compile_in(tmp_path / "a", library / "lib.cpp", "-O1")
+    real_call, calls = subprocess.call, []
+    monkeypatch.setattr(subprocess, "call", lambda args: calls.append(args) or real_call(args))
+    compile_in(tmp_path / "b", library / "lib.cpp", "-O2")
+    (library / "lib.cpp").write_text("int answer() { return 43; }\n")
+    compile_in(tmp_path / "c", library / "lib.cpp", "-O1")
+    assert len(calls) == 2
+
+
+def test_a_model_source_is_never_cached(library, tmp_path, monkeypatch):
+    model = tmp_path / "Vtop.cpp"
+    model.write_text("int top() { return 1; }\n")
+    assert objcache.cacheable_source(["g++", "-c", "-o", "Vtop.o", str(model)], library) is None
+    assert objcache.cacheable_source(["g++", "-c", "-o", "lib.o", str(library / "lib.cpp")], library)
+    assert objcache.cacheable_source(["g++", "-o", "lib", str(library / "lib.cpp")], library) is None
+    executed = []
+    monkeypatch.setattr(objcache.os, "execvp", lambda f, args: executed.append(args))
+    objcache.main(["g++", "-c", "-o", str(tmp_path / "Vtop.o"), str(model)])
+    assert executed and not (tmp_path / "store").exists()
+
+
+def test_a_failed_compile_is_not_stored(library, tmp_path):
+    (library / "lib.cpp").write_text("this is not C++\n")
+    (tmp_path / "a").mkdir()
+    assert objcache.main(["g++", "-c", "-o", str(tmp_path / "a" / "lib.o"), str(library / "lib.cpp")]) != 0
+    assert not list((tmp_path / "store").glob("*.o"))
