@@ -99,9 +99,11 @@ class LoopGenerator(wiring.Component):
             return Mux(total[-1], (1 << len(offset)) - 1, total[:len(offset)])
 
         running = Signal()
-        last_u = u == self.uop_end - 1
-        last_i = i == self.iter_in - 1
-        last_o = o == self.iter_out - 1
+        # Each counter's last value, registered at `start`: the step compares a counter with a register
+        # (no subtraction from the instruction on the path that steps the loops and holds them).
+        u_last = Signal.like(u, reset_less=True)
+        i_last, o_last = Signal.like(i, reset_less=True), Signal.like(o, reset_less=True)
+        last_u, last_i, last_o = u == u_last, i == i_last, o == o_last
         m.d.comb += [
             self.valid.eq(running),
             self.busy.eq(running),
@@ -111,7 +113,8 @@ class LoopGenerator(wiring.Component):
         m.d.comb += [getattr(self.out, n).eq(off[k]) for k, n in enumerate(names)]
         with m.If(self.start):
             empty = (self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0)
-            m.d.sync += [running.eq(~empty), o.eq(0), i.eq(0), u.eq(self.uop_bgn)]
+            m.d.sync += [running.eq(~empty), o.eq(0), i.eq(0), u.eq(self.uop_bgn),
+                         u_last.eq(self.uop_end - 1), i_last.eq(self.iter_in - 1), o_last.eq(self.iter_out - 1)]
             m.d.sync += [s.eq(0) for s in base + off]
         with m.Elif(running & ~self.hold):
             with m.If(self.stop | self.out.last):
@@ -420,15 +423,21 @@ class ComputeCore(wiring.Component):
                              for op in (a_op, b_op))
         alu_lanes = [_AluLane(m, alu_op, a, b, c.acc_width, lane, serial_from=(x_step == 0) if c.serial_mul else None)
                      for lane, (a, b) in enumerate(zip(*operands))]
-        w_result = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
         if passes > 1:
-            # S5: with several passes the result is registered once more before the write register, so
+            # S5: with several passes the results are registered once more before the write register, so
             # the shifter and the product's sums end in a flip-flop, not at the block RAMs' inputs
             # (micro-ops are `passes` cycles apart there: only a dependent one waits the extra cycle).
+            # Each operation's result has a register of its own and S5 selects: one multiplexer after
+            # S4's shifter and sums would end up in front of the sums' carry chains (Yosys shares them).
+            # (`alu_op` holds until S5 has drained: an instruction is done only when nothing is in flight)
             out_valid, out_last = pipe(m, w_valid, "s5_valid"), pipe(m, w_last, "s5_last")
-            out_dst, out_slice, out_result = (pipe(m, v, f"s5_{n}", data=True)
-                                              for n, v in (("dst", w_dst), ("slice", w_slice), ("result", w_result)))
+            out_dst, out_slice = (pipe(m, v, f"s5_{n}", data=True) for n, v in (("dst", w_dst), ("slice", w_slice)))
+            out_result = Cat(_AluLane.select(alu_op, *(pipe(m, v[:c.acc_width], f"s5_{n}_{lane}", data=True)
+                                                        for n, v in zip(("product", "shifted", "other"),
+                                                                        alu_lane.candidates)))
+                             for lane, alu_lane in enumerate(alu_lanes))
         else:
+            w_result = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
             out_valid, out_last, out_dst, out_slice, out_result = w_valid, w_last, w_dst, w_slice, w_result
         # The rows the micro-op in S2 reads next cycle: an ALU of one pass compares its forwarding a cycle
         # ahead against them and registers it.
@@ -576,7 +585,13 @@ class _AluLane:
             m.d.sync += [low_product.eq(a_bits[:half] * b_bits[:half]), cross[0].eq(a_bits[:half] * b_bits[half:]),
                          cross[1].eq(a_bits[half:] * b_bits[:half])]
             product = (low_product + ((cross[0] + cross[1]) << half))[:width]
-        self.result = Mux(op == AluOp.MUL, product, Mux(op == AluOp.SHR, shifted, other))
+        #: What MUL, SHR and the other operations make; ``result`` is the one ``op`` asks for.
+        self.candidates = (product, shifted, other)
+        self.result = self.select(op, *self.candidates)
+
+    @staticmethod
+    def select(op, product, shifted, other):
+        return Mux(op == AluOp.MUL, product, Mux(op == AluOp.SHR, shifted, other))
 
     @staticmethod
     def _serial_product(m, a, b, first, lane):

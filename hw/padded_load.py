@@ -113,13 +113,16 @@ class PaddedLoad(wiring.Component):
 
         # The instruction's memory type, one-hot, and what it implies.
         selected = Cat(insn.memory_type == mt for mt in types)
+        # The same, registered as the LOAD starts: the paths that move beats and write entries decode a
+        # register of their own, not the instruction (which a shared loader selects among streams).
+        moving = Signal.like(selected, reset_less=True)
         slices = [max(1, self.elem_bytes[mt] // B) for mt in types]      # beats per DRAM element
 
-        def per_type(values):
-            return one_of(selected, values)
+        def per_type(values, one_hot=selected):
+            return one_of(one_hot, values)
 
         def uses(predicate):
-            return Cat(selected[k] for k, mt in enumerate(types) if predicate(mt)).any()
+            return Cat(moving[k] for k, mt in enumerate(types) if predicate(mt)).any()
 
         # Elements smaller than a beat come through a packer (one per size), several per beat; a beat of a
         # larger element is one slice of its SRAM entry and is written as it arrives.
@@ -133,8 +136,8 @@ class PaddedLoad(wiring.Component):
         direct = uses(lambda mt: self.elem_bytes[mt] >= B)
         sources = [(packers[E].elements.valid, packers[E].elements.payload) if E < B
                    else (reader.beats.valid, reader.beats.payload.data) for E in (self.elem_bytes[mt] for mt in types)]
-        element_valid = per_type([valid for valid, _ in sources])
-        word = per_type([payload for _, payload in sources])     # an element (below a beat) or a beat
+        element_valid = per_type([valid for valid, _ in sources], moving)
+        word = per_type([payload for _, payload in sources], moving)     # an element (below a beat) or a beat
 
         rows = Signal(range(MAX_EXTENT))
         cols = Signal(range(MAX_EXTENT))
@@ -163,7 +166,12 @@ class PaddedLoad(wiring.Component):
         part = Signal(range(max(*slices, 2)), reset_less=True)  # the slice the next beat fills (unused: whole entries)
         in_data = row_in & col_in
         last_entry = r_last & c_last
-        last_part = per_type([part == n - 1 for n in slices])
+        last_part = per_type([part == n - 1 for n in slices], moving)
+
+        # A LOAD of no elements, decided at the start (retiring it is then a register, not two compares of
+        # the instruction's sizes on the path into the command queues).
+        nothing_now = (insn.x_size == 0) | (insn.y_size == 0)
+        nothing = Signal(reset_less=True)
 
         def advanced(counter, inside, axis):
             """The counter's flag after it steps past ``counter``: data from pad0 on, padding from pad0 + size on."""
@@ -178,16 +186,15 @@ class PaddedLoad(wiring.Component):
             m.d.comb += reader.beats.ready.eq(writing & in_data)
 
         # Writes leave through registers: the SRAMs (spread over many block RAMs) see no logic but the choice
-        # of the memory type, by a registered one-hot (`selected` comes from the instruction, which a
-        # shared loader selects: on the ECP5 the longest path to the block RAMs).
+        # of the memory type, by a registered one-hot.
         w_en = Signal()
         w_selected = Signal.like(selected, reset_less=True)
         w_addr = Signal.like(addr, reset_less=True)
         w_word = Signal(B * 8, reset_less=True)        # the element or beat; 0 in the padding
         w_part = Signal.like(part, reset_less=True)
         w_whole = Signal(reset_less=True)              # the whole entry (padding, or an element that fits a beat)
-        m.d.sync += [w_en.eq(write_now), w_selected.eq(selected), w_addr.eq(addr), w_part.eq(part),
-                     w_word.eq(Mux(in_data, word, 0)), w_whole.eq(~in_data | per_type([n == 1 for n in slices]))]
+        m.d.sync += [w_en.eq(write_now), w_selected.eq(moving), w_addr.eq(addr), w_part.eq(part),
+                     w_word.eq(Mux(in_data, word, 0)), w_whole.eq(~in_data | per_type([n == 1 for n in slices], moving))]
         for b in self.buffers:
             port = getattr(self, f"write_{b}")
             port_slices = load_slices(self.cfg, b)
@@ -220,7 +227,7 @@ class PaddedLoad(wiring.Component):
             with m.State("IDLE"):
                 with m.If(request.start):
                     m.d.sync += [r.eq(0), c.eq(0), addr.eq(insn.sram_base), elements.eq(0), part.eq(0),
-                                 row_in.eq(starts["r"]), col_in.eq(starts["c"])]
+                                 row_in.eq(starts["r"]), col_in.eq(starts["c"]), moving.eq(selected)]
                     for axis, pad0, size in (("r", insn.y_pad0, insn.y_size), ("c", insn.x_pad0, insn.x_size)):
                         # pad0 - 1 wraps to all ones when pad0 is 0: a value the counter never reaches
                         m.d.sync += [bound[f"{axis}_enter"].eq(pad0 - 1), bound[f"{axis}_leave"].eq(pad0 + size - 1)]
@@ -229,10 +236,11 @@ class PaddedLoad(wiring.Component):
                                  r_last.eq(rows == 1), c_last.eq(cols == 1), single_col.eq(cols == 1)]
                     # A LOAD that moves nothing retires at once: it must not start the check, which would
                     # still be busy (and deaf to the next LOAD's start) when the next LOAD comes.
-                    m.d.comb += check.start.eq((insn.x_size != 0) & (insn.y_size != 0))
+                    m.d.comb += check.start.eq(~nothing_now)
+                    m.d.sync += nothing.eq(nothing_now)
                     m.next = "CHECK"
             with m.State("CHECK"):
-                with m.If((insn.x_size == 0) | (insn.y_size == 0)):
+                with m.If(nothing):
                     m.d.comb += request.done.eq(1)
                     m.next = "IDLE"
                 with m.Elif(check.done & (check.error != 0)):
