@@ -99,11 +99,16 @@ class LoopGenerator(wiring.Component):
             return Mux(total[-1], (1 << len(offset)) - 1, total[:len(offset)])
 
         running = Signal()
-        # Each counter's last value, registered at `start`: the step compares a counter with a register
-        # (no subtraction from the instruction on the path that steps the loops and holds them).
-        u_last = Signal.like(u, reset_less=True)
-        i_last, o_last = Signal.like(i, reset_less=True), Signal.like(o, reset_less=True)
-        last_u, last_i, last_o = u == u_last, i == i_last, o == o_last
+        # Whether each counter is at its last value, kept beside it as flags (as the loader's walk does):
+        # set from the instruction at `start` and, as a counter steps, from a compare with its
+        # second-to-last value registered at `start`. The step that holds or advances the loops then reads
+        # three flip-flops, not a subtraction from the instruction and three equality compares.
+        # (x - 2 wraps to all ones when x is 1: a value the counter never reaches)
+        last_u, last_i, last_o = (Signal(name=f"last_{n}", reset_less=True) for n in "uio")
+        u_penult = Signal.like(u, reset_less=True)
+        i_penult, o_penult = Signal.like(i, reset_less=True), Signal.like(o, reset_less=True)
+        single_u = Signal(reset_less=True)      # one micro-op: u's first value is its last
+        single_i = Signal(reset_less=True)      # one inner iteration
         m.d.comb += [
             self.valid.eq(running),
             self.busy.eq(running),
@@ -113,19 +118,24 @@ class LoopGenerator(wiring.Component):
         m.d.comb += [getattr(self.out, n).eq(off[k]) for k, n in enumerate(names)]
         with m.If(self.start):
             empty = (self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0)
+            one_uop = self.uop_end == self.uop_bgn + 1
             m.d.sync += [running.eq(~empty), o.eq(0), i.eq(0), u.eq(self.uop_bgn),
-                         u_last.eq(self.uop_end - 1), i_last.eq(self.iter_in - 1), o_last.eq(self.iter_out - 1)]
+                         u_penult.eq(self.uop_end - 2), i_penult.eq(self.iter_in - 2), o_penult.eq(self.iter_out - 2),
+                         single_u.eq(one_uop), last_u.eq(one_uop), single_i.eq(self.iter_in == 1),
+                         last_i.eq(self.iter_in == 1),
+                         last_o.eq(self.iter_out == 1)]
             m.d.sync += [s.eq(0) for s in base + off]
         with m.Elif(running & ~self.hold):
             with m.If(self.stop | self.out.last):
                 m.d.sync += running.eq(0)
             with m.Elif(~last_u):
-                m.d.sync += u.eq(u + 1)
+                m.d.sync += [u.eq(u + 1), last_u.eq(u == u_penult)]
             with m.Elif(~last_i):
-                m.d.sync += [u.eq(self.uop_bgn), i.eq(i + 1)]
+                m.d.sync += [u.eq(self.uop_bgn), last_u.eq(single_u), i.eq(i + 1), last_i.eq(i == i_penult)]
                 m.d.sync += [off[k].eq(step(off[k], f_in[k])) for k in range(3)]
             with m.Else():
-                m.d.sync += [u.eq(self.uop_bgn), i.eq(0), o.eq(o + 1)]
+                m.d.sync += [u.eq(self.uop_bgn), last_u.eq(single_u), i.eq(0), last_i.eq(single_i),
+                             o.eq(o + 1), last_o.eq(o == o_penult)]
                 m.d.sync += [base[k].eq(step(base[k], f_out[k])) for k in range(3)]
                 m.d.sync += [off[k].eq(step(base[k], f_out[k])) for k in range(3)]
         return m

@@ -58,7 +58,7 @@ class Sequencer(wiring.Component):
     halt : In(1)
         Stop taking instructions (after an error elsewhere).
     fault : Out(1)
-        One-cycle pulse: the executor reported ``error`` for ``index``.
+        One-cycle pulse: the executor reported ``error`` for ``index`` (which leaves the queue a cycle later).
     blocked : Out(1)
         Waiting for a token or room, or idle with nothing queued.
     busy : Out(1)
@@ -123,12 +123,17 @@ class Sequencer(wiring.Component):
                 m.d.comb += [self.busy.eq(1), self.executing.eq(1)]
                 with m.If(self.done):
                     with m.If(self.error != 0):
-                        m.d.comb += [self.fault.eq(1), self.cmd.ready.eq(1)]
-                        m.next = "IDLE"
+                        m.d.comb += self.fault.eq(1)
+                        m.next = "DROP"
                     with m.Else():
                         m.next = "PUSH"
                 with m.Elif(self.released & ~h.push_next):
                     m.next = "PUSH"
+            with m.State("DROP"):
+                # A faulted instruction leaves its queue the cycle after the fault: what takes it is then a
+                # register, not the executor's error logic, in front of the queue's read side and head.
+                m.d.comb += [self.busy.eq(1), self.cmd.ready.eq(1)]
+                m.next = "IDLE"
             with m.State("PUSH"):
                 m.d.comb += [
                     self.busy.eq(1),

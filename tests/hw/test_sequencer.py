@@ -12,8 +12,9 @@ instruction, which the bench tracks from the handshakes it has seen:
   same cycle) exactly when every named queue has a token, ``halt`` is low
   and the executor is ``ready``; ``wait_pop_*`` high exactly while a named queue is empty.
 * **exec** (after ``start``): nothing but ``busy``/``executing`` until the
-  executor's ``done``; with an error, ``fault`` and ``cmd.ready`` (the
-  command leaves), then idle and no push ever. An instruction the executor
+  executor's ``done``; with an error, ``fault``, then *drop*: ``busy`` and
+  ``cmd.ready`` (the command leaves a cycle after its fault), then idle and
+  no push ever. An instruction the executor
   ``released`` that pushes nothing to the next stage goes on to *push*
   without waiting for ``done``.
 * **push**: one push on each named queue, all in the same cycle, exactly
@@ -147,7 +148,9 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
                            "wait_pop_prev": flags["pop_prev"] and not ready["prev_pop"],
                            "wait_pop_next": flags["pop_next"] and not ready["next_pop"]}
             elif phase == "exec":
-                expect |= {"busy": 1, "executing": 1, "fault": done and error != 0, "cmd_ready": done and error != 0}
+                expect |= {"busy": 1, "executing": 1, "fault": done and error != 0}
+            elif phase == "drop":       # the faulted instruction leaves the queue a cycle after the fault
+                expect |= {"busy": 1, "cmd_ready": 1}
             else:
                 expect |= {"busy": 1, "blocked": not pushes_ready, "retired": pushes_ready, "cmd_ready": pushes_ready,
                            "push_prev": pushes_ready and flags["push_prev"],
@@ -174,7 +177,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             elif phase == "exec" and done:
                 if error:
                     trace.faults.append((cycle, current[1]))
-                    phase, current, offered = "idle", None, None
+                    phase = "drop"
                 else:
                     phase = "push"
             elif phase == "exec" and let_go and not flags["push_next"]:
@@ -182,6 +185,8 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
                 phase = "push"
             elif phase == "exec":
                 countdown -= 1
+            elif phase == "drop":
+                phase, current, offered = "idle", None, None
             elif phase == "push" and got["retired"]:
                 trace.retired.append((cycle, current[1]))
                 trace.pushes += [(cycle, current[1], side) for side in ("prev", "next") if got[f"push_{side}"]]
