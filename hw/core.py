@@ -118,12 +118,11 @@ class LoopGenerator(wiring.Component):
         m.d.comb += [getattr(self.out, n).eq(off[k]) for k, n in enumerate(names)]
         with m.If(self.start):
             empty = (self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0)
-            one_uop = self.uop_end == self.uop_bgn + 1
+            one_uop, one_iter = self.uop_end == self.uop_bgn + 1, self.iter_in == 1
             m.d.sync += [running.eq(~empty), o.eq(0), i.eq(0), u.eq(self.uop_bgn),
                          u_penult.eq(self.uop_end - 2), i_penult.eq(self.iter_in - 2), o_penult.eq(self.iter_out - 2),
-                         single_u.eq(one_uop), last_u.eq(one_uop), single_i.eq(self.iter_in == 1),
-                         last_i.eq(self.iter_in == 1),
-                         last_o.eq(self.iter_out == 1)]
+                         single_u.eq(one_uop), single_i.eq(one_iter),
+                         last_u.eq(one_uop), last_i.eq(one_iter), last_o.eq(self.iter_out == 1)]
             m.d.sync += [s.eq(0) for s in base + off]
         with m.Elif(running & ~self.hold):
             with m.If(self.stop | self.out.last):

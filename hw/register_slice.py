@@ -70,11 +70,10 @@ _CHANNELS = ("ar", "aw", "w", "r", "b")
 
 def _channel_members(signature, channel):
     """(payload member names, whether it flows manager to subordinate) of ``channel`` in ``signature``
-    (a manager's):
-    taken from the signature itself, so a member added to it is carried through the slice."""
-    names = [n for n in signature.members
-             if n.startswith(channel) and not any(n.startswith(c) for c in _CHANNELS if len(c) > len(channel))]
-    payload = [n for n in names if n not in (f"{channel}valid", f"{channel}ready")]
+    (a manager's), taken from the signature itself, so a member added to it is carried through the slice.
+    (No channel's prefix begins another's: ``r`` members never start with ``ar``.)"""
+    payload = [n for n in signature.members
+               if n.startswith(channel) and n not in (f"{channel}valid", f"{channel}ready")]
     return payload, signature.members[f"{channel}valid"].flow == Out
 
 
