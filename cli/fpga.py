@@ -199,36 +199,53 @@ def cmd_check(args):
 
 
 def cmd_paths(args):
-    from tilewright.fpga.paths import estimate_paths, group_paths
+    from tilewright.fpga.paths import estimate_paths, group_endpoints, group_paths, routed_endpoints
     folder = Path(args.build)
     netlist_path = folder / "top.json" if folder.is_dir() else folder
     report_path = netlist_path.with_name("report.json")
-    if not netlist_path.is_file():
+    routed_path = netlist_path.with_name("pnr_report.json")
+    try:
+        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        routed = (json.loads(routed_path.read_text()) if routed_path.is_file() and not args.estimate else {})
+    except ValueError as e:
+        raise _error(f"cannot read {report_path} or {routed_path}: {e}") from None
+    if "detailed_net_timings" not in routed and not netlist_path.is_file():
         raise _error(f"no synthesised netlist at {netlist_path}: give a build folder "
                      f"(`tilewright fpga build ... --synth-only -o DIR` makes one in a minute or two)")
-    try:
-        netlist = json.loads(netlist_path.read_text())
-        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-    except ValueError as e:
-        raise _error(f"cannot read {netlist_path} or its report: {e}") from None
-    if "top" not in netlist.get("modules", {}) or not any(
-            c["type"] == "TRELLIS_FF" for c in netlist["modules"]["top"]["cells"].values()):
-        raise _error(f"{netlist_path} is not an ECP5 netlist (the estimate knows the ECP5's cells only)")
     freq = args.freq or report.get("clock_mhz")
     if not freq:
         raise _error("give --freq MHZ (no report.json beside the netlist says the build's clock)")
     period = 1000.0 / freq
-    paths = estimate_paths(netlist, hop_ns=args.hop)
-    groups = group_paths(paths, period)
-    late = sum(n for _, n, _, _ in groups)
-    print(f"{late} of {len(paths)} endpoints estimated later than {period:.2f} ns ({freq:g} MHz, "
-          f"{args.hop} ns per net); the latest {paths[0]['ns']} ns")
-    for ns, count, start, end in groups[:args.top]:
-        print(f"{ns:6.2f} ns {count:5d}  {start} -> {end}")
+    if "detailed_net_timings" in routed:
+        endpoints = routed_endpoints(routed)
+        what = f"later than {period:.2f} ns ({freq:g} MHz) after place and route (nextpnr's arrivals"
+        what += f", seed {report['seed']})" if "seed" in report else ")"
+    else:
+        try:
+            netlist = json.loads(netlist_path.read_text())
+        except ValueError as e:
+            raise _error(f"cannot read {netlist_path}: {e}") from None
+        if "top" not in netlist.get("modules", {}) or not any(
+                c["type"] == "TRELLIS_FF" for c in netlist["modules"]["top"]["cells"].values()):
+            raise _error(f"{netlist_path} is not an ECP5 netlist (the estimate knows the ECP5's cells only)")
+        endpoints = estimate_paths(netlist, hop_ns=args.hop)
+        what = f"estimated later than {period:.2f} ns ({freq:g} MHz, {args.hop} ns per net)"
+    if not endpoints:
+        raise _error(f"no timed endpoints in {routed_path if routed else netlist_path}")
+    if args.units or "path" not in endpoints[0]:
+        groups = [(ns, n, name) for ns, n, name in group_endpoints(endpoints, period, depth=args.units)]
+    else:
+        groups = [(ns, n, f"{start} -> {end}") for ns, n, start, end in group_paths(endpoints, period)]
+    if args.units:
+        groups.sort(key=lambda g: -g[1])
+    late = sum(n for _, n, _ in groups)
+    print(f"{late} of {len(endpoints)} endpoints {what}; the latest {endpoints[0]['ns']} ns")
+    for ns, count, name in groups[:args.top]:
+        print(f"{ns:6.2f} ns {count:5d}  {name}")
     if len(groups) > args.top:
         print(f"... and {len(groups) - args.top} more groups (--top N)")
-    if args.path:
-        print("latest path: " + " -> ".join(paths[0]["path"]))
+    if args.path and "path" in endpoints[0]:
+        print("latest path: " + " -> ".join(endpoints[0]["path"]))
 
 
 def add_parser(sub):
@@ -268,13 +285,18 @@ def add_parser(sub):
                     help="also keep the reports in docs/fpga_reports/ (the table in docs/fpga.md)")
     sp.set_defaults(func=cmd_report)
 
-    sp = fpga.add_parser("paths", help="every path of a synthesised ECP5 build estimated against a clock, "
-                                       "in seconds (nextpnr reports one, after minutes)")
-    sp.add_argument("build", help="a build folder (its top.json) or a Yosys JSON netlist")
+    sp = fpga.add_parser("paths", help="every late endpoint of an ECP5 build: nextpnr's own arrivals after "
+                                       "place and route, or estimated from the synthesised netlist in seconds")
+    sp.add_argument("build", help="a build folder (its pnr_report.json, else its top.json) or a Yosys JSON netlist")
     sp.add_argument("--freq", type=float, help="clock in MHz (default: the build's)")
     sp.add_argument("--top", type=int, default=30, help="groups to list (default 30)")
     sp.add_argument("--hop", type=float, default=1.3, help="ns per net (default 1.3)")
-    sp.add_argument("--path", action="store_true", help="also print the latest path's nets")
+    sp.add_argument("--path", action="store_true", help="also print the latest estimated path's nets")
+    sp.add_argument("--units", type=int, metavar="DEPTH",
+                    help="count late endpoints per unit DEPTH levels down the hierarchy (e.g. 4: "
+                         "soc.accelerator.datapath.compute), most first")
+    sp.add_argument("--estimate", action="store_true",
+                    help="estimate from the netlist even where the build was placed and routed")
     sp.set_defaults(func=cmd_paths)
 
     sp = fpga.add_parser("program", help="load a bitstream onto a board with openFPGALoader")

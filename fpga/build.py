@@ -208,8 +208,9 @@ NEXTPNR = {"ecp5": "nextpnr-ecp5", "ice40": "nextpnr-ice40", "gowin": "nextpnr-h
 
 
 def _pnr_args(board, platform, *, freq_mhz, seed):
+    # (the detailed report has every endpoint's arrival: `tilewright fpga paths` lists the late ones)
     common = ["--json", "top.json", "--freq", f"{freq_mhz:g}", "--seed", str(seed), "--report", "pnr_report.json",
-              "--timing-allow-fail"]
+              "--detailed-timing-report", "--timing-allow-fail"]
     if board.family == "ecp5":
         # router2: router1 (the ECP5 default) left thousands of wires overused after an hour on the SoC.
         # The electrostatic placer: the default (HeAP) packed the 85F's whole accelerator into a quarter of
@@ -390,6 +391,12 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
 #: far apart; Yosys would merge them back into one flip-flop driving them all.
 KEEP_REPLICAS = "setattr -set keep 1 w:*_replica* %ci1 c:* %i"
 
+#: Memories marked by :func:`tilewright.hw.sram.never_reads_while_written` (one write port, one read port)
+#: read an undefined value on a collision, which the block RAMs' ports then need no logic to define.
+#: (``memory_collect`` makes them cells with the memory's attributes; it skips modules with processes.)
+RW_UNCHECKED = (r"hierarchy -top top; proc; memory_collect; "
+                r"setparam -set RD_COLLISION_X_MASK 1'1 t:$mem_v2 a:no_rw_check %i")
+
 
 def synthesise(family, out, *, prelude="", progress=print):
     """Yosys on ``out/top.il`` (module ``top``) into ``out/top.json`` and ``out/stat.json``: ``prelude``,
@@ -399,7 +406,8 @@ def synthesise(family, out, *, prelude="", progress=print):
     seconds = 0
     commands = synth_commands(family)
     for attempt, command in enumerate(commands):
-        script = (f"read_rtlil top.il; {KEEP_REPLICAS}; {prelude}{command}; tee -q -o stat.json stat -json; "
+        script = (f"read_rtlil top.il; {KEEP_REPLICAS}; {RW_UNCHECKED}; {prelude}{command}; "
+                  "tee -q -o stat.json stat -json; "
                   "write_json top.json")
         try:
             seconds += _run([tool("yosys"), "-q", "-l", "synth.log", "-p", script],

@@ -13,12 +13,17 @@ The model is rough on purpose: a LUT4 is :data:`LUT_NS` plus one net of
 :data:`CARRY_NS` per CCU2C, a block RAM's output comes :data:`BRAM_CLK_TO_Q_NS`
 after the clock, a combinational MULT18X18D takes :data:`MULT_NS`. It ranks
 paths and counts them; nextpnr's figures after placement are the truth.
+
+Those figures, for every endpoint, come from a routed build's
+``pnr_report.json`` (nextpnr's ``--detailed-timing-report``, which the builds
+ask for): :func:`routed_endpoints` reads each endpoint's latest arrival and
+:func:`group_endpoints` counts the late ones by register or by unit.
 """
 
 import collections
 import re
 
-__all__ = ["estimate_paths", "group_paths", "LUT_NS", "CARRY_NS", "BRAM_CLK_TO_Q_NS", "MULT_NS"]
+__all__ = ["estimate_paths", "group_paths", "routed_endpoints", "group_endpoints", "LUT_NS", "CARRY_NS", "BRAM_CLK_TO_Q_NS", "MULT_NS"]
 
 FF_CLK_TO_Q_NS = 0.5
 LUT_NS = 0.25
@@ -151,3 +156,34 @@ def group_paths(paths, period_ns):
         if p["ns"] > period_ns:
             groups[(_register(p["path"][0]), f"{_register(p['name'])}.{p['port']}")].append(p["ns"])
     return sorted(((max(v), len(v), start, end) for (start, end), v in groups.items()), reverse=True)
+
+
+def routed_endpoints(report):
+    """Every timed endpoint of a routed build from nextpnr's JSON ``report`` (written with
+    ``--detailed-timing-report``), latest first: dicts with the endpoint cell's ``name``, its ``port``
+    and the latest arrival ``ns`` at it (setup not included), as nextpnr's timing analysis has them.
+    Raises ValueError on a report without the detailed timings."""
+    nets = report.get("detailed_net_timings")
+    if nets is None:
+        raise ValueError("the report has no detailed timings (nextpnr's --detailed-timing-report)")
+    out = [{"name": e["cell"], "port": e["port"], "ns": round(e["delay"][1], 2)}
+           for net in nets for e in net["endpoints"]]
+    return sorted(out, key=lambda e: -e["ns"])
+
+
+def _cell_register(cell):
+    """The register (or block RAM) a packed cell belongs to: its name without what Yosys's techmap and
+    autoname appended (``_TRELLIS_FF_Q_3``, a RAM's ``_DOA8`` net it was named after)."""
+    return re.sub(r"(_TRELLIS_\w*|_DO[AB]\d+\w*|\[\d+\])+$", "", re.sub(r"\$\d+", "", cell))
+
+
+def group_endpoints(endpoints, period_ns, *, depth=None):
+    """The endpoints later than ``period_ns`` grouped by register and port, or with ``depth`` by the
+    unit ``depth`` levels down the hierarchy: a list of (latest ns, endpoints, group), latest first."""
+    groups = collections.defaultdict(list)
+    for e in endpoints:
+        if e["ns"] > period_ns:
+            register = _cell_register(e["name"])
+            key = ".".join(register.split(".")[:depth]) if depth else f"{register}.{e['port']}"
+            groups[key].append(e["ns"])
+    return sorted(((max(v), len(v), k) for k, v in groups.items()), reverse=True)

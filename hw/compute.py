@@ -18,7 +18,7 @@ from tilewright.isa import ErrorCode, MemType, Opcode
 from .core import ComputeCore
 from .padded_load import LoadRequest
 from .sequencer import CommandLayout, Sequencer, TokenPort
-from .sram import acc_granularity, alu_granularity, load_granularity, sram_shape, widened
+from .sram import acc_granularity, alu_granularity, load_granularity, never_reads_while_written, sram_shape, widened
 
 __all__ = ["ComputeUnit"]
 
@@ -95,6 +95,7 @@ class ComputeUnit(wiring.Component):
         m.submodules.acc_mem = acc_mem = Memory(shape=sram_shape(c, "acc"), depth=c.acc_depth, init=[])
         uop_w = uop_mem.write_port()
         uop_r = uop_mem.read_port()
+        never_reads_while_written(uop_mem)          # (LOAD UOP and the core take turns)
         acc_w = acc_mem.write_port(granularity=acc_granularity(c))
         acc_ra = acc_mem.read_port(transparent_for=(acc_w,))
         acc_rb = acc_mem.read_port(transparent_for=(acc_w,))

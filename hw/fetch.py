@@ -12,7 +12,7 @@ does) or an error response to an instruction read stops the run with
 ``BUS_ERROR``.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -40,18 +40,20 @@ class _InstructionBuffer(wiring.Component):
     ``arrived`` pulses as an instruction is complete.
     """
 
-    def __init__(self, *, bus_bytes, depth):
+    def __init__(self, *, bus_bytes, depth, decode, decoded_width):
         self.bus_bytes, self.depth = bus_bytes, depth
+        self.decode, self.decoded_width = decode, decoded_width
         super().__init__({
             "beats": In(stream.Signature(BeatLayout(bus_bytes * 8))),
             "arrived": Out(1), "level": Out(range(depth + 1)),
-            "r_data": Out(isa.INSN_BITS), "r_rdy": Out(1), "r_en": In(1),
+            "r_data": Out(isa.INSN_BITS), "r_decoded": Out(decoded_width), "r_rdy": Out(1), "r_en": In(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         lanes = max(1, isa.INSN_BYTES // self.bus_bytes)
-        m.submodules.fifo = fifo = HeadRegisteredFIFO(width=isa.INSN_BITS, depth=self.depth, lanes=lanes)
+        m.submodules.fifo = fifo = HeadRegisteredFIFO(width=isa.INSN_BITS, depth=self.depth, lanes=lanes,
+                                                      decode=self.decode, decoded_width=self.decoded_width)
         if self.bus_bytes > isa.INSN_BYTES:
             m.submodules.packer = packer = ElementPacker(elem_bytes=isa.INSN_BYTES, bus_bytes=self.bus_bytes)
             wiring.connect(m, wiring.flipped(self.beats), packer.beats)
@@ -61,8 +63,47 @@ class _InstructionBuffer(wiring.Component):
             m.d.comb += [fifo.w_data.eq(self.beats.payload.data), fifo.w_en.eq(self.beats.valid),
                          self.beats.ready.eq(1)]
         m.d.comb += [self.arrived.eq(fifo.written), self.level.eq(fifo.level), self.r_data.eq(fifo.r_data),
-                     self.r_rdy.eq(fifo.r_rdy), fifo.r_en.eq(self.r_en)]
+                     self.r_decoded.eq(fifo.r_decoded), self.r_rdy.eq(fifo.r_rdy), fifo.r_en.eq(self.r_en)]
         return m
+
+
+class DecodedLayout(data.StructLayout):
+    """What fetch needs of an instruction to dispatch it: its stream, and what is wrong with it (an
+    ``ErrorCode``, 0 for a legal instruction)."""
+
+    def __init__(self):
+        super().__init__({"to_load": 1, "to_store": 1, "error": isa.ERROR_BITS})
+
+
+def _decode(word, cfg):
+    """Instruction ``word``'s bits of :class:`DecodedLayout`: routing and legality as ``isa.stream_of`` and
+    ``isa.fetch_error`` define them (all but the bus errors, which are not the word's)."""
+    layouts = isa.instruction_layouts(cfg)
+    header = data.View(layouts["header"], word)
+    mem = data.View(layouts[Opcode.LOAD], word).memory_type
+    alu_op = data.View(layouts[Opcode.ALU], word).alu_op
+    opcode = header.opcode
+    to_load = (opcode == Opcode.LOAD) & mem.matches(*(t for t, s in isa.LOAD_STREAMS.items() if s == Stream.LOAD))
+    to_store = opcode == Opcode.STORE
+    to_compute = ~to_load & ~to_store
+    bad_memory = (((opcode == Opcode.LOAD) & ~mem.matches(*isa.LOAD_STREAMS))
+                  | (to_store & ~mem.matches(*isa.STORE_MEMORY_TYPES)))
+    bad_flag = 0
+    for executing, routed in ((Stream.LOAD, to_load), (Stream.COMPUTE, to_compute), (Stream.STORE, to_store)):
+        for flag in isa.illegal_flags(executing):
+            bad_flag |= routed & getattr(header, flag)
+    # a bit beyond the fields of the word's instruction (isa.decode)
+    reserved_set = 0
+    for op in isa.INSTRUCTION_TYPES:
+        reserved_set |= (opcode == op) & word[isa.instruction_format(op, cfg).used_bits:].any()
+    error = Mux(~opcode.matches(*isa.INSTRUCTION_TYPES), ErrorCode.ILLEGAL_OPCODE,
+                Mux(reserved_set, ErrorCode.RESERVED_BITS,
+                    Mux(bad_memory, ErrorCode.ILLEGAL_MEMORY_TYPE,
+                        Mux((opcode == Opcode.ALU) & ~alu_op.matches(*AluOp), ErrorCode.ILLEGAL_ALU_OP,
+                            Mux(bad_flag, ErrorCode.ILLEGAL_DEPENDENCY, 0)))))
+    decoded = Cat(to_load, to_store, error)
+    assert len(decoded) == DecodedLayout().size
+    return decoded
 
 
 class Fetch(wiring.Component):
@@ -112,7 +153,11 @@ class Fetch(wiring.Component):
         c = self.cfg
         reader = self.read
         chunk_size = LEAN_CHUNK if c.lean else CHUNK
-        m.submodules.buffer = buffer = _InstructionBuffer(bus_bytes=c.dram_bus_width // 8, depth=2 * chunk_size)
+        # The buffer decodes an instruction as it becomes the head (on the ECP5 ahead of it, into a
+        # register: `_decode`), so that dispatching it, which pops the buffer, starts from flip-flops.
+        m.submodules.buffer = buffer = _InstructionBuffer(bus_bytes=c.dram_bus_width // 8, depth=2 * chunk_size,
+                                                          decode=lambda word: _decode(word, c),
+                                                          decoded_width=DecodedLayout().size)
         wiring.connect(m, wiring.flipped(reader.beats), buffer.beats)
 
         # A program that passes the start check lies below 2**addr_width, so it holds at most
@@ -144,41 +189,13 @@ class Fetch(wiring.Component):
         with m.Elif(arrived):
             m.d.sync += arriving.eq(arriving - 1)
 
-        # -- decode and dispatch --------------------------------------------------
+        # -- dispatch -------------------------------------------------------------
         word = buffer.r_data
-        layouts = isa.instruction_layouts(c)
-        header = data.View(layouts["header"], word)
-        mem = data.View(layouts[Opcode.LOAD], word).memory_type
-        alu_op = data.View(layouts[Opcode.ALU], word).alu_op
-        # Routing and legality as isa.stream_of / isa.fetch_error define them.
-        opcode = header.opcode
-        to_load = (opcode == Opcode.LOAD) & mem.matches(*(t for t, s in isa.LOAD_STREAMS.items() if s == Stream.LOAD))
-        to_store = opcode == Opcode.STORE
+        decoded = data.View(DecodedLayout(), buffer.r_decoded)
+        to_load, to_store = decoded.to_load, decoded.to_store
         to_compute = ~to_load & ~to_store
-        bad_memory = (((opcode == Opcode.LOAD) & ~mem.matches(*isa.LOAD_STREAMS))
-                      | (to_store & ~mem.matches(*isa.STORE_MEMORY_TYPES)))
-        bad_flag = 0
-        for executing, routed in ((Stream.LOAD, to_load), (Stream.COMPUTE, to_compute), (Stream.STORE, to_store)):
-            for flag in isa.illegal_flags(executing):
-                bad_flag |= routed & getattr(header, flag)
-        reserved_set = Signal()          # a bit beyond the fields of the word's instruction (isa.decode)
-        with m.Switch(opcode):
-            for op in isa.INSTRUCTION_TYPES:
-                with m.Case(op):
-                    m.d.comb += reserved_set.eq(word[isa.instruction_format(op, c).used_bits:].any())
         error = Signal(isa.ERROR_BITS)
-        with m.If(bad_address | reader.error):
-            m.d.comb += error.eq(ErrorCode.BUS_ERROR)
-        with m.Elif(~opcode.matches(*isa.INSTRUCTION_TYPES)):
-            m.d.comb += error.eq(ErrorCode.ILLEGAL_OPCODE)
-        with m.Elif(reserved_set):
-            m.d.comb += error.eq(ErrorCode.RESERVED_BITS)
-        with m.Elif(bad_memory):
-            m.d.comb += error.eq(ErrorCode.ILLEGAL_MEMORY_TYPE)
-        with m.Elif((opcode == Opcode.ALU) & ~alu_op.matches(*AluOp)):
-            m.d.comb += error.eq(ErrorCode.ILLEGAL_ALU_OP)
-        with m.Elif(bad_flag):
-            m.d.comb += error.eq(ErrorCode.ILLEGAL_DEPENDENCY)
+        m.d.comb += error.eq(Mux(bad_address | reader.error, ErrorCode.BUS_ERROR, decoded.error))
 
         for queue, selected in ((self.load, to_load), (self.compute, to_compute), (self.store, to_store)):
             m.d.comb += [queue.payload.insn.eq(word), queue.payload.index.eq(index),

@@ -17,6 +17,12 @@ one cycle quicker from write to head. A Gowin flip-flop fed by anything
 but its own slice's LUT costs a LUT site of its own, and the registered
 heads of the command queues and the fetch buffer were 550 of them; its
 board clock (27 MHz) leaves the decode logic time to read the RAM.
+
+A queue given a ``decode`` function also presents ``r_decoded``, always
+``decode(r_data)``. Where the head is a register after the LUT RAM's
+asynchronous read (the ECP5), the decoding is done on the entry next in
+line and registered beside the head: whatever acts on the head (the fetch
+unit's dispatch pops it) starts from flip-flops, not from decode logic.
 """
 
 from amaranth import Module, Mux, Signal
@@ -25,6 +31,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .dsp import is_ecp5, is_gowin
+from .sram import never_reads_while_written
 
 __all__ = ["HeadRegisteredFIFO", "LUTRAM_DEPTH"]
 
@@ -49,17 +56,24 @@ class HeadRegisteredFIFO(wiring.Component):
     each ``w_en`` writes the next, and the entry enters the queue with its
     last lane (``w_rdy``: there is room for a whole entry). ``depth`` is then
     at most :data:`LUTRAM_DEPTH`. ``written`` pulses as an entry enters.
+
+    ``decode`` (an entry's value to one of ``decoded_width`` bits) gives
+    ``r_decoded``, ``decode(r_data)`` (see above). ``lutram`` chooses whether
+    the memory is LUT RAM read asynchronously (default: on the ECP5).
     """
 
-    def __init__(self, *, width, depth, registered_head=None, lanes=1):
+    def __init__(self, *, width, depth, registered_head=None, lanes=1, decode=None, decoded_width=0,
+                 lutram=None):
         if depth < 2:
             raise ValueError(f"HeadRegisteredFIFO depth must be at least 2, not {depth}")
         if width % lanes or (lanes > 1 and depth > LUTRAM_DEPTH):
             raise ValueError(f"{lanes} lanes need a width they divide ({width}) and a depth up to {LUTRAM_DEPTH}")
         self.width, self.depth, self.lanes = width, depth, lanes
         self.registered_head = registered_head       # None: all but the Gowin
+        self.lutram = lutram                         # None: the ECP5 (LUT RAM read asynchronously)
+        self.decode = decode if decode is not None else (lambda word: 0)
         super().__init__({"w_data": In(width // lanes), "w_en": In(1), "w_rdy": Out(1), "written": Out(1),
-                          "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+                          "r_data": Out(width), "r_decoded": Out(decoded_width), "r_en": In(1), "r_rdy": Out(1),
                           "level": Out(range(depth + 1))})
 
     def _writer(self, m, storage, produce):
@@ -82,12 +96,13 @@ class HeadRegisteredFIFO(wiring.Component):
         if self.depth > LUTRAM_DEPTH:
             m.submodules.inner = inner = fifo.SyncFIFOBuffered(width=self.width, depth=self.depth - 1)
             head = Signal(self.width, reset_less=True)      # read only while r_rdy
+            decoded = Signal.like(self.r_decoded, reset_less=True)
             load = inner.r_rdy & (~self.r_rdy | self.r_en)
             m.d.comb += [inner.w_data.eq(self.w_data), inner.w_en.eq(self.w_en), self.w_rdy.eq(inner.w_rdy),
-                         self.written.eq(self.w_en & inner.w_rdy),
-                         inner.r_en.eq(load), self.r_data.eq(head), self.level.eq(inner.level + self.r_rdy)]
+                         self.written.eq(self.w_en & inner.w_rdy), inner.r_en.eq(load), self.r_data.eq(head),
+                         self.r_decoded.eq(decoded), self.level.eq(inner.level + self.r_rdy)]
             with m.If(load):
-                m.d.sync += [head.eq(inner.r_data), self.r_rdy.eq(1)]
+                m.d.sync += [head.eq(inner.r_data), decoded.eq(self.decode(inner.r_data)), self.r_rdy.eq(1)]
             with m.Elif(self.r_en):
                 m.d.sync += self.r_rdy.eq(0)
             return m
@@ -96,19 +111,31 @@ class HeadRegisteredFIFO(wiring.Component):
         if not registered:
             return self._fall_through(m)
 
-        # As SyncFIFOBuffered: a memory of depth - 1 entries whose read register is the head.
-        lutram = is_ecp5(platform)
+        # As SyncFIFOBuffered: a memory of depth - 1 entries whose read register is the head (in LUT RAM:
+        # a register after its asynchronous read, and the decoding's register beside it).
+        lutram = self.lutram if self.lutram is not None else is_ecp5(platform)
         inner_depth = self.depth - 1
         m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[],
                                                 attrs={"ram_style": "distributed"} if lutram else None)
-        r_port = storage.read_port()
+        r_port = storage.read_port(domain="comb" if lutram else "sync")
         produce, consume = Signal(range(inner_depth)), Signal(range(inner_depth))
         stored = Signal(range(inner_depth + 1))
         write = self._writer(m, storage, produce)
+        if not lutram:
+            never_reads_while_written(storage)      # (it reads a stored entry; writes fill a free one)
         read_inner = (stored != 0) & (~self.r_rdy | self.r_en)
 
-        m.d.comb += [self.w_rdy.eq(stored != inner_depth), r_port.addr.eq(consume), r_port.en.eq(read_inner),
-                     self.r_data.eq(r_port.data), self.level.eq(stored + self.r_rdy)]
+        m.d.comb += [self.w_rdy.eq(stored != inner_depth), r_port.addr.eq(consume),
+                     self.level.eq(stored + self.r_rdy)]
+        if lutram:
+            head = Signal(self.width, reset_less=True)
+            decoded = Signal.like(self.r_decoded, reset_less=True)
+            with m.If(read_inner):
+                m.d.sync += [head.eq(r_port.data), decoded.eq(self.decode(r_port.data))]
+            m.d.comb += [self.r_data.eq(head), self.r_decoded.eq(decoded)]
+        else:
+            m.d.comb += [r_port.en.eq(read_inner), self.r_data.eq(r_port.data),
+                         self.r_decoded.eq(self.decode(r_port.data))]
         with m.If(write):
             m.d.sync += produce.eq(_advanced(produce, inner_depth))
         with m.If(read_inner):
@@ -125,7 +152,7 @@ class HeadRegisteredFIFO(wiring.Component):
         produce, consume = Signal(range(self.depth)), Signal(range(self.depth))
         write, read = self._writer(m, storage, produce), self.r_en & self.r_rdy
         m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
-                     r_port.addr.eq(consume), self.r_data.eq(r_port.data)]
+                     r_port.addr.eq(consume), self.r_data.eq(r_port.data), self.r_decoded.eq(self.decode(r_port.data))]
         with m.If(write):
             m.d.sync += produce.eq(_advanced(produce, self.depth))
         with m.If(read):

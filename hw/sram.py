@@ -7,7 +7,11 @@ from amaranth.lib import data
 
 from tilewright import isa
 
-__all__ = ["sram_shape", "load_slices", "load_granularity", "alu_granularity", "acc_granularity", "widened"]
+__all__ = ["sram_shape", "load_slices", "load_granularity", "alu_granularity", "acc_granularity", "widened",
+           "never_reads_while_written", "NO_RW_CHECK"]
+
+#: The memory attribute :func:`never_reads_while_written` sets (Yosys's name for the same promise).
+NO_RW_CHECK = "no_rw_check"
 
 
 def sram_shape(cfg, mem):
@@ -55,3 +59,23 @@ def acc_granularity(cfg):
 def widened(en, factor):
     """A write-enable mask at a ``factor`` times finer granularity: each bit repeated ``factor`` times."""
     return Cat(bit.replicate(factor) for bit in en)
+
+
+def never_reads_while_written(memory):
+    """Mark ``memory`` (one write port, one synchronous read port, not transparent) as never reading, in a cycle whose
+    read is used, the entry it writes in that cycle: what the read returns then does not matter.
+
+    The design guarantees it (a FIFO never reads an empty slot; the SRAMs the streams share are
+    read and written under the dependency tokens, which keep a stream off the rows another is
+    writing; a stream's own SRAMs hold one instruction at a time). Simulation keeps Amaranth's
+    semantics (the old entry is read); the FPGA builds (``tilewright.fpga.build.RW_UNCHECKED``) tell
+    Yosys that the read is then undefined, so a block RAM needs no flip-flops and multiplexers to
+    return the old entry on a collision its two ports do not define (on the 85F's ``slim``, over a
+    thousand flip-flops and a LUT level after the weights' block RAMs). Returns ``memory``."""
+    reads, writes = memory.read_ports, memory.write_ports
+    if len(reads) != 1 or len(writes) != 1 or reads[0].transparent_for or reads[0].domain == "comb":
+        raise ValueError("never_reads_while_written: a memory with one write port and one synchronous, "
+                         "non-transparent read port (its ports are made before it is marked; an "
+                         "asynchronous read has no collision to leave undefined)")
+    memory.attrs[NO_RW_CHECK] = 1
+    return memory

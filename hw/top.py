@@ -29,9 +29,10 @@ from .fetch import Fetch
 from .fifo import HeadRegisteredFIFO
 from .load import LoadUnit
 from .padded_load import LoadShare, PaddedLoad
+from .pipe import pipe
 from .regs import ADDR_WIDTH, COUNTERS, STATUS_LAYOUT, RegisterFile, built_counters
 from .sequencer import CommandLayout
-from .sram import alu_granularity, load_granularity, sram_shape
+from .sram import alu_granularity, load_granularity, never_reads_while_written, sram_shape
 from .store import StoreUnit
 from .token_queue import TokenQueue
 
@@ -164,6 +165,8 @@ class Datapath(wiring.Component):
         wiring.connect(m, compute.wgt_read, wgt_mem.read_port())
         wiring.connect(m, compute.out_write, out_mem.write_port(granularity=alu_granularity(c)))
         wiring.connect(m, store.out_read, out_mem.read_port())
+        for mem in (inp_mem, wgt_mem, out_mem):        # (the tokens keep their readers off rows being written)
+            never_reads_while_written(mem)
         wiring.connect(m, store.acc_read, compute.acc_for_store)
         m.d.comb += store.acc_read_free.eq(compute.acc_for_store_free)
 
@@ -360,12 +363,20 @@ class Accelerator(wiring.Component):
             self.irq.eq(done & ~starting), self.busy.eq(busy | starting),
         ]
         # -- counters of the last run (the registers of counters not built read 0) --------
+        # An event is counted a cycle after it happens, from a register (the events come from deep in
+        # the streams, the counters sit by the register file): the same totals, as the run's last
+        # busy cycle's events are counted in the cycle after it, before a host can read them.
+        counting = Signal()
+        m.d.sync += counting.eq(busy)
         for name in built_counters(self.cfg):
             counter = Signal(32, name=f"count_{name}")
+            if name == "cycles":
+                step, when = 1, busy
+            else:
+                step, when = pipe(m, getattr(datapath, f"event_{name}"), f"event_{name}", data=True), counting
             with m.If(starting):
                 m.d.sync += counter.eq(0)
-            with m.Elif(busy):
-                step = 1 if name == "cycles" else getattr(datapath, f"event_{name}")
+            with m.Elif(when):
                 m.d.sync += counter.eq(counter + step)
             m.d.comb += getattr(regs, name).eq(counter)
         return m

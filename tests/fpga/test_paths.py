@@ -7,7 +7,7 @@ import pytest
 
 from tilewright.cli import main
 from tilewright.fpga import paths
-from tilewright.fpga.paths import estimate_paths, group_paths
+from tilewright.fpga.paths import estimate_paths, group_endpoints, group_paths, routed_endpoints
 
 HOP = 1.0
 
@@ -79,3 +79,39 @@ def test_the_cli_lists_groups_and_refuses_what_it_cannot_read(tmp_path, capsys):
     assert "not an ECP5 netlist" in capsys.readouterr().err
     assert main(["fpga", "paths", str(tmp_path / "nothing")]) == 1
     assert "no synthesised netlist" in capsys.readouterr().err
+
+
+def routed_report(arrivals):
+    """nextpnr's --report JSON with --detailed-timing-report, from {(cell, port): latest arrival}."""
+    return {"fmax": {}, "detailed_net_timings": [
+        {"driver": "d", "port": "Q", "net": f"n{k}", "event": "posedge clk",
+         "endpoints": [{"cell": cell, "port": port, "event": "posedge clk", "delay": [0.5, ns]}]}
+        for k, ((cell, port), ns) in enumerate(arrivals.items())]}
+
+
+ROUTED = {("u.core.acc_row[0]_TRELLIS_FF_Q", "DI"): 12.5, ("u.core.acc_row[1]_TRELLIS_FF_Q_1", "DI"): 11.0,
+          ("u.core.acc_mem.0.3", "ADA8"): 10.5, ("u.fetch.count_TRELLIS_FF_Q_2", "CE"): 10.2,
+          ("u.fetch.count_TRELLIS_FF_Q_3", "CE"): 9.5}
+
+
+def test_routed_endpoints_are_nextpnrs_latest_arrivals_grouped_by_register_or_unit():
+    endpoints = routed_endpoints(routed_report(ROUTED))
+    assert [e["ns"] for e in endpoints] == sorted(ROUTED.values(), reverse=True)
+    assert group_endpoints(endpoints, 10.0) == [(12.5, 2, "u.core.acc_row.DI"), (10.5, 1, "u.core.acc_mem.0.3.ADA8"),
+                                                (10.2, 1, "u.fetch.count.CE")]
+    assert group_endpoints(endpoints, 10.0, depth=2) == [(12.5, 3, "u.core"), (10.2, 1, "u.fetch")]
+    with pytest.raises(ValueError, match="detailed timings"):
+        routed_endpoints({"fmax": {}})
+
+
+def test_the_cli_prefers_a_routed_builds_own_arrivals(tmp_path, capsys):
+    cells = {"a": ff(20, 1), "l": lut([1], 2), "b": ff(2, 3)}
+    (tmp_path / "top.json").write_text(json.dumps(netlist(cells, {"a": 1, "n": 2, "b": 3})))
+    (tmp_path / "pnr_report.json").write_text(json.dumps(routed_report(ROUTED)))
+    (tmp_path / "report.json").write_text(json.dumps({"clock_mhz": 100, "seed": 3}))
+    assert main(["fpga", "paths", str(tmp_path), "--units", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("4 of 5 endpoints later than 10.00 ns (100 MHz) after place and route") and "seed 3" in out
+    assert out.splitlines()[1].split() == ["12.50", "ns", "3", "u.core"]
+    assert main(["fpga", "paths", str(tmp_path), "--estimate", "--freq", "500"]) == 0
+    assert "a -> b.DI" in capsys.readouterr().out

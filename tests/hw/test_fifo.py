@@ -5,6 +5,7 @@ import collections
 import random
 
 import pytest
+from amaranth import Cat
 from amaranth.sim import Simulator
 
 from tilewright.hw.fifo import LUTRAM_DEPTH, HeadRegisteredFIFO
@@ -17,10 +18,23 @@ def _simulate(dut, bench):
     sim.run()
 
 
-@pytest.mark.parametrize("registered_head", [True, False], ids=["registered", "fall-through"])
+def _decode(word):
+    """Some function of an entry for ``r_decoded`` to hold: its two bytes XORed, and whether it is odd."""
+    return Cat(word[:8] ^ word[8:16], word[0])
+
+
+def _decoded(value):
+    return ((value & 0xFF) ^ (value >> 8)) | (value & 1) << 8
+
+
+@pytest.mark.parametrize("registered_head,lutram", [(True, True), (True, False), (False, None)],
+                         ids=["registered-lutram", "registered", "fall-through"])
 @pytest.mark.parametrize("depth", [2, 3, 17, LUTRAM_DEPTH + 1])
-def test_matches_a_deque(depth, registered_head):
-    dut = HeadRegisteredFIFO(width=16, depth=depth, registered_head=registered_head)
+def test_matches_a_deque(depth, registered_head, lutram):
+    """The entries come out in order, and ``r_decoded`` is the head's decoding (decoded ahead into a
+    register after a LUT RAM's asynchronous read, or after the head in the other builds)."""
+    dut = HeadRegisteredFIFO(width=16, depth=depth, registered_head=registered_head, lutram=lutram,
+                             decode=_decode, decoded_width=9)
     rng = random.Random(depth)
     model = collections.deque()
     seen = []
@@ -37,7 +51,7 @@ def test_matches_a_deque(depth, registered_head):
             assert w_rdy == (len(model) < depth) or registered_head   # (the registered build may lag)
             assert not w_rdy or len(model) < depth     # never accepts beyond its depth
             if r_rdy:
-                assert r_data == model[0]
+                assert r_data == model[0] and ctx.get(dut.r_decoded) == _decoded(r_data)
             if r_en and r_rdy:
                 seen.append(model.popleft())
             if w_en and w_rdy:
