@@ -244,8 +244,9 @@ def cmd_paths(args):
         print(f"{ns:6.2f} ns {count:5d}  {name}")
     if len(groups) > args.top:
         print(f"... and {len(groups) - args.top} more groups (--top N)")
-    if args.path and "path" in endpoints[0]:
-        print("latest path: " + " -> ".join(endpoints[0]["path"]))
+    if args.path:
+        print("latest path: " + " -> ".join(endpoints[0]["path"]) if "path" in endpoints[0] else
+              "(--path lists an estimated path's nets: add --estimate; nextpnr's report names the worst path)")
 
 
 def add_parser(sub):

@@ -406,7 +406,8 @@ def synthesise(family, out, *, prelude="", progress=print):
     seconds = 0
     commands = synth_commands(family)
     for attempt, command in enumerate(commands):
-        script = (f"read_rtlil top.il; {KEEP_REPLICAS}; {RW_UNCHECKED}; {prelude}{command}; "
+        # (the prelude first: it may delete memory initialisations, which memory_collect folds into the memory)
+        script = (f"read_rtlil top.il; {KEEP_REPLICAS}; {prelude}{RW_UNCHECKED}; {command}; "
                   "tee -q -o stat.json stat -json; "
                   "write_json top.json")
         try:

@@ -565,7 +565,7 @@ class _AluLane:
     product registers skip the reset (as the GEMM's do; see there).
     """
 
-    def __init__(self, m, op, a, b, width, lane, *, serial_from=None, reset_less=True):
+    def __init__(self, m, op, a, b, width, lane, *, serial_from=None, reset_less=False):
         shift_bits = (width - 1).bit_length()
         right = Signal(shift_bits, name=f"alu_shr_{lane}")
         left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")

@@ -12,7 +12,7 @@ does) or an error response to an instruction read stops the run with
 ``BUS_ERROR``.
 """
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -101,9 +101,7 @@ def _decode(word, cfg):
                     Mux(bad_memory, ErrorCode.ILLEGAL_MEMORY_TYPE,
                         Mux((opcode == Opcode.ALU) & ~alu_op.matches(*AluOp), ErrorCode.ILLEGAL_ALU_OP,
                             Mux(bad_flag, ErrorCode.ILLEGAL_DEPENDENCY, 0)))))
-    decoded = Cat(to_load, to_store, error)
-    assert len(decoded) == DecodedLayout().size
-    return decoded
+    return Cat(to_load, to_store, Cat(error, C(0, isa.ERROR_BITS))[:isa.ERROR_BITS])
 
 
 class Fetch(wiring.Component):

@@ -65,10 +65,11 @@ def never_reads_while_written(memory):
     """Mark ``memory`` (one write port, one synchronous read port, not transparent) as never reading, in a cycle whose
     read is used, the entry it writes in that cycle: what the read returns then does not matter.
 
-    The design guarantees it (a FIFO never reads an empty slot; the SRAMs the streams share are
-    read and written under the dependency tokens, which keep a stream off the rows another is
-    writing; a stream's own SRAMs hold one instruction at a time). Simulation keeps Amaranth's
-    semantics (the old entry is read); the FPGA builds (``tilewright.fpga.build.RW_UNCHECKED``) tell
+    A FIFO guarantees it itself (it reads stored entries only); a stream's own SRAMs hold one
+    instruction at a time; for the SRAMs the streams share, programs that keep the dependency
+    protocol do (the tokens keep a stream off the rows another is writing; nothing in the hardware
+    enforces them, and a racy program then reads an undefined value on the FPGA). Simulation keeps
+    Amaranth's semantics (the old entry is read); the FPGA builds (``tilewright.fpga.build.RW_UNCHECKED``) tell
     Yosys that the read is then undefined, so a block RAM needs no flip-flops and multiplexers to
     return the old entry on a collision its two ports do not define (on the 85F's ``slim``, over a
     thousand flip-flops and a LUT level after the weights' block RAMs). Returns ``memory``."""
