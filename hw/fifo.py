@@ -57,7 +57,7 @@ class HeadRegisteredFIFO(wiring.Component):
     last lane (``w_rdy``: there is room for a whole entry). ``depth`` is then
     at most :data:`LUTRAM_DEPTH`. ``written`` pulses as an entry enters.
 
-    ``decode`` (an entry's value to one of ``decoded_width`` bits) gives
+    ``decode`` (an entry's value to one of ``decoded_width`` bits) adds
     ``r_decoded``, ``decode(r_data)`` (see above). ``lutram`` chooses whether
     the memory is LUT RAM read asynchronously (default: on the ECP5).
     """
@@ -71,10 +71,24 @@ class HeadRegisteredFIFO(wiring.Component):
         self.width, self.depth, self.lanes = width, depth, lanes
         self.registered_head = registered_head       # None: all but the Gowin
         self.lutram = lutram                         # None: the ECP5 (LUT RAM read asynchronously)
-        self.decode = decode if decode is not None else (lambda word: 0)
-        super().__init__({"w_data": In(width // lanes), "w_en": In(1), "w_rdy": Out(1), "written": Out(1),
-                          "r_data": Out(width), "r_decoded": Out(decoded_width), "r_en": In(1), "r_rdy": Out(1),
-                          "level": Out(range(depth + 1))})
+        self.decode = decode
+        members = {"w_data": In(width // lanes), "w_en": In(1), "w_rdy": Out(1), "written": Out(1),
+                   "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "level": Out(range(depth + 1))}
+        if decode is not None:
+            members["r_decoded"] = Out(decoded_width)
+        super().__init__(members)
+
+    def _decoded(self, m, entry, *, load=None):
+        """``r_decoded`` from ``entry``: ``decode(entry)``, or with ``load`` a register taking it then."""
+        if self.decode is None:
+            return
+        if load is None:
+            m.d.comb += self.r_decoded.eq(self.decode(entry))
+            return
+        decoded = Signal.like(self.r_decoded, reset_less=True)      # (read only beside r_rdy)
+        with m.If(load):
+            m.d.sync += decoded.eq(self.decode(entry))
+        m.d.comb += self.r_decoded.eq(decoded)
 
     def _writer(self, m, storage, produce):
         """The memory's write port at entry ``produce``; returns the condition that completes an entry."""
@@ -96,13 +110,13 @@ class HeadRegisteredFIFO(wiring.Component):
         if self.depth > LUTRAM_DEPTH:
             m.submodules.inner = inner = fifo.SyncFIFOBuffered(width=self.width, depth=self.depth - 1)
             head = Signal(self.width, reset_less=True)      # read only while r_rdy
-            decoded = Signal.like(self.r_decoded, reset_less=True)
             load = inner.r_rdy & (~self.r_rdy | self.r_en)
             m.d.comb += [inner.w_data.eq(self.w_data), inner.w_en.eq(self.w_en), self.w_rdy.eq(inner.w_rdy),
                          self.written.eq(self.w_en & inner.w_rdy), inner.r_en.eq(load), self.r_data.eq(head),
-                         self.r_decoded.eq(decoded), self.level.eq(inner.level + self.r_rdy)]
+                         self.level.eq(inner.level + self.r_rdy)]
+            self._decoded(m, inner.r_data, load=load)
             with m.If(load):
-                m.d.sync += [head.eq(inner.r_data), decoded.eq(self.decode(inner.r_data)), self.r_rdy.eq(1)]
+                m.d.sync += [head.eq(inner.r_data), self.r_rdy.eq(1)]
             with m.Elif(self.r_en):
                 m.d.sync += self.r_rdy.eq(0)
             return m
@@ -129,13 +143,13 @@ class HeadRegisteredFIFO(wiring.Component):
                      self.level.eq(stored + self.r_rdy)]
         if lutram:
             head = Signal(self.width, reset_less=True)
-            decoded = Signal.like(self.r_decoded, reset_less=True)
             with m.If(read_inner):
-                m.d.sync += [head.eq(r_port.data), decoded.eq(self.decode(r_port.data))]
-            m.d.comb += [self.r_data.eq(head), self.r_decoded.eq(decoded)]
+                m.d.sync += head.eq(r_port.data)
+            m.d.comb += self.r_data.eq(head)
+            self._decoded(m, r_port.data, load=read_inner)
         else:
-            m.d.comb += [r_port.en.eq(read_inner), self.r_data.eq(r_port.data),
-                         self.r_decoded.eq(self.decode(r_port.data))]
+            m.d.comb += [r_port.en.eq(read_inner), self.r_data.eq(r_port.data)]
+            self._decoded(m, r_port.data)
         with m.If(write):
             m.d.sync += produce.eq(_advanced(produce, inner_depth))
         with m.If(read_inner):
@@ -152,7 +166,8 @@ class HeadRegisteredFIFO(wiring.Component):
         produce, consume = Signal(range(self.depth)), Signal(range(self.depth))
         write, read = self._writer(m, storage, produce), self.r_en & self.r_rdy
         m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
-                     r_port.addr.eq(consume), self.r_data.eq(r_port.data), self.r_decoded.eq(self.decode(r_port.data))]
+                     r_port.addr.eq(consume), self.r_data.eq(r_port.data)]
+        self._decoded(m, r_port.data)
         with m.If(write):
             m.d.sync += produce.eq(_advanced(produce, self.depth))
         with m.If(read):
