@@ -233,7 +233,7 @@ def cmd_paths(args):
     if not endpoints:
         raise _error(f"no timed endpoints in {routed_path if routed else netlist_path}")
     if args.units or "path" not in endpoints[0]:
-        groups = [(ns, n, name) for ns, n, name in group_endpoints(endpoints, period, depth=args.units)]
+        groups = group_endpoints(endpoints, period, depth=args.units)
     else:
         groups = [(ns, n, f"{start} -> {end}") for ns, n, start, end in group_paths(endpoints, period)]
     if args.units:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tilewright.compiler import files
 from tilewright.config import load_config
+from tilewright.hw.sram import NO_RW_CHECK
 
 from .boards import get_board
 from .protocol import LINK_TEST_FINGERPRINT
@@ -395,7 +396,7 @@ KEEP_REPLICAS = "setattr -set keep 1 w:*_replica* %ci1 c:* %i"
 #: read an undefined value on a collision, which the block RAMs' ports then need no logic to define.
 #: (``memory_collect`` makes them cells with the memory's attributes; it skips modules with processes.)
 RW_UNCHECKED = (r"hierarchy -top top; proc; memory_collect; "
-                r"setparam -set RD_COLLISION_X_MASK 1'1 t:$mem_v2 a:no_rw_check %i")
+                rf"setparam -set RD_COLLISION_X_MASK 1'1 t:$mem_v2 a:{NO_RW_CHECK} %i")
 
 
 def synthesise(family, out, *, prelude="", progress=print):

@@ -23,7 +23,8 @@ ask for): :func:`routed_endpoints` reads each endpoint's latest arrival and
 import collections
 import re
 
-__all__ = ["estimate_paths", "group_paths", "routed_endpoints", "group_endpoints", "LUT_NS", "CARRY_NS", "BRAM_CLK_TO_Q_NS", "MULT_NS"]
+__all__ = ["estimate_paths", "group_paths", "routed_endpoints", "group_endpoints",
+           "LUT_NS", "CARRY_NS", "BRAM_CLK_TO_Q_NS", "MULT_NS"]
 
 FF_CLK_TO_Q_NS = 0.5
 LUT_NS = 0.25
@@ -174,8 +175,8 @@ def routed_endpoints(report):
 
 def _cell_register(cell):
     """The register (or block RAM) a packed cell belongs to: its name without what Yosys's techmap and
-    autoname appended (``_TRELLIS_FF_Q_3``, a RAM's ``_DOA8`` net it was named after)."""
-    return re.sub(r"(_TRELLIS_\w*|_DO[AB]\d+\w*|\[\d+\])+$", "", re.sub(r"\$\d+", "", cell))
+    autoname appended (``_TRELLIS_FF_Q_3``, a RAM's ``_DOA8`` net it was named after), as :func:`_register`."""
+    return _register(re.sub(r"(_TRELLIS_\w*|_DO[AB]\d+\w*)$", "", cell))
 
 
 def group_endpoints(endpoints, period_ns, *, depth=None):
