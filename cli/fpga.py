@@ -199,7 +199,7 @@ def cmd_check(args):
 
 
 def cmd_paths(args):
-    from tilewright.fpga.paths import estimate_paths, group_endpoints, group_paths, routed_endpoints
+    from tilewright.fpga.paths import estimate_paths, group_endpoints, group_paths, routed_endpoints, routed_paths
     folder = Path(args.build)
     netlist_path = folder / "top.json" if folder.is_dir() else folder
     report_path = netlist_path.with_name("report.json")
@@ -216,11 +216,7 @@ def cmd_paths(args):
     if not freq:
         raise _error("give --freq MHZ (no report.json beside the netlist says the build's clock)")
     period = 1000.0 / freq
-    if "detailed_net_timings" in routed:
-        endpoints = routed_endpoints(routed)
-        what = f"later than {period:.2f} ns ({freq:g} MHz) after place and route (nextpnr's arrivals"
-        what += f", seed {report['seed']})" if "seed" in report else ")"
-    else:
+    def read_netlist():
         try:
             netlist = json.loads(netlist_path.read_text())
         except ValueError as e:
@@ -228,7 +224,17 @@ def cmd_paths(args):
         if "top" not in netlist.get("modules", {}) or not any(
                 c["type"] == "TRELLIS_FF" for c in netlist["modules"]["top"]["cells"].values()):
             raise _error(f"{netlist_path} is not an ECP5 netlist (the estimate knows the ECP5's cells only)")
-        endpoints = estimate_paths(netlist, hop_ns=args.hop)
+        return netlist
+
+    if "detailed_net_timings" in routed:
+        # Grouped by start and end register, the starts from the netlist (nextpnr's report has none).
+        by_start = not args.units and netlist_path.is_file()
+        endpoints = routed_paths(routed, read_netlist(), hop_ns=args.hop) if by_start else routed_endpoints(routed)
+        what = f"later than {period:.2f} ns ({freq:g} MHz) after place and route (nextpnr's arrivals"
+        what += f", seed {report['seed']}" if "seed" in report else ""
+        what += "; starts estimated from the netlist)" if by_start else ")"
+    else:
+        endpoints = estimate_paths(read_netlist(), hop_ns=args.hop)
         what = f"estimated later than {period:.2f} ns ({freq:g} MHz, {args.hop} ns per net)"
     if not endpoints:
         raise _error(f"no timed endpoints in {routed_path if routed else netlist_path}")
@@ -239,14 +245,17 @@ def cmd_paths(args):
     if args.units:
         groups.sort(key=lambda g: -g[1])
     late = sum(n for _, n, _ in groups)
-    print(f"{late} of {len(endpoints)} endpoints {what}; the latest {endpoints[0]['ns']} ns")
+    # (the total lateness, like a timing tool's total negative slack: steadier across seeds than the worst path)
+    total = sum(e["ns"] - period for e in endpoints if e["ns"] > period)
+    print(f"{late} of {len(endpoints)} endpoints {what}; the latest {endpoints[0]['ns']} ns, "
+          f"{total:.0f} ns late in all")
     for ns, count, name in groups[:args.top]:
         print(f"{ns:6.2f} ns {count:5d}  {name}")
     if len(groups) > args.top:
         print(f"... and {len(groups) - args.top} more groups (--top N)")
     if args.path:
         print("latest path: " + " -> ".join(endpoints[0]["path"]) if "path" in endpoints[0] else
-              "(--path lists an estimated path's nets: add --estimate; nextpnr's report names the worst path)")
+              "(--path lists the netlist's nets of the latest path: drop --units)")
 
 
 def add_parser(sub):
@@ -292,7 +301,8 @@ def add_parser(sub):
     sp.add_argument("--freq", type=float, help="clock in MHz (default: the build's)")
     sp.add_argument("--top", type=int, default=30, help="groups to list (default 30)")
     sp.add_argument("--hop", type=float, default=1.3, help="ns per net (default 1.3)")
-    sp.add_argument("--path", action="store_true", help="also print the latest estimated path's nets")
+    sp.add_argument("--path", action="store_true", help="also print the latest path's nets (on a routed build: the netlist's path "
+                         "into nextpnr's latest endpoint)")
     sp.add_argument("--units", type=int, metavar="DEPTH",
                     help="count late endpoints per unit DEPTH levels down the hierarchy (e.g. 4: "
                          "soc.accelerator.datapath.compute), most first")

@@ -17,13 +17,16 @@ paths and counts them; nextpnr's figures after placement are the truth.
 Those figures, for every endpoint, come from a routed build's
 ``pnr_report.json`` (nextpnr's ``--detailed-timing-report``, which the builds
 ask for): :func:`routed_endpoints` reads each endpoint's latest arrival and
-:func:`group_endpoints` counts the late ones by register or by unit.
+:func:`group_endpoints` counts the late ones by register or by unit. The
+report does not say where an endpoint's path starts; :func:`routed_paths`
+gives each routed endpoint the netlist's estimated latest path into it, so
+nextpnr's late endpoints can be grouped by start and end register too.
 """
 
 import collections
 import re
 
-__all__ = ["estimate_paths", "group_paths", "routed_endpoints", "group_endpoints",
+__all__ = ["estimate_paths", "group_paths", "routed_endpoints", "routed_paths", "group_endpoints",
            "LUT_NS", "CARRY_NS", "BRAM_CLK_TO_Q_NS", "MULT_NS"]
 
 FF_CLK_TO_Q_NS = 0.5
@@ -155,7 +158,7 @@ def group_paths(paths, period_ns):
     groups = collections.defaultdict(list)
     for p in paths:
         if p["ns"] > period_ns:
-            groups[(_register(p["path"][0]), f"{_register(p['name'])}.{p['port']}")].append(p["ns"])
+            groups[(_cell_register(p["path"][0]), f"{_cell_register(p['name'])}.{p['port']}")].append(p["ns"])
     return sorted(((max(v), len(v), start, end) for (start, end), v in groups.items()), reverse=True)
 
 
@@ -171,6 +174,27 @@ def routed_endpoints(report):
     out = [{"name": e["cell"], "port": e["port"], "ns": round(e["delay"][1], 2)}
            for net in nets for e in net["endpoints"] if e.get("event") != "<async>"]
     return sorted(out, key=lambda e: -e["ns"])
+
+
+def routed_paths(report, netlist, *, hop_ns=1.3):
+    """:func:`routed_endpoints` of ``report``, each with the ``path`` (net names) that
+    :func:`estimate_paths` finds latest into the same endpoint of ``netlist``, the build's synthesised
+    netlist: where nextpnr's late endpoints most likely start. An endpoint the estimate does not time
+    has a path of its own name alone."""
+    module = netlist["modules"]["top"]
+    names = _names(module)
+    estimated = {}
+    for e in estimate_paths(netlist, hop_ns=hop_ns):        # (latest first: keep each endpoint's latest)
+        estimated.setdefault((e["name"], e["port"]), e["path"])
+    out = []
+    for e in routed_endpoints(report):
+        cell = module["cells"].get(e["name"])
+        label = e["name"]
+        if cell is not None and cell["type"] == "TRELLIS_FF" and _bits(cell, "Q"):
+            label = names.get(_bits(cell, "Q")[0], label)       # (the estimate names a flip-flop by its output)
+        port = "DI" if e["port"] == "M" else e["port"]          # (nextpnr's M: the data input, bypassing the LUT)
+        out.append({**e, "path": estimated.get((label, port), [label])})
+    return out
 
 
 def _cell_register(cell):

@@ -18,7 +18,7 @@ from tilewright.isa import ErrorCode, MemType, Opcode
 from .core import ComputeCore
 from .padded_load import LoadRequest
 from .sequencer import CommandLayout, Sequencer, TokenPort
-from .sram import acc_granularity, alu_granularity, load_granularity, never_reads_while_written, sram_shape, widened
+from .sram import acc_granularity, alu_granularity, load_granularity, never_reads_while_written, sram_shape
 
 __all__ = ["ComputeUnit"]
 
@@ -140,16 +140,14 @@ class ComputeUnit(wiring.Component):
         m.d.comb += [core.insn.eq(word), core.start.eq(seq.start & kind["core"])]
 
         # One writer of acc at a time: the compute stream runs one instruction (a LOAD waits for the
-        # core's last sums, the core for the LOAD). Which one is chosen when an instruction starts, so
-        # the select before the accumulator's block RAMs is a steady register, not the writers' enables.
-        # The core writes whole rows (an ALU of fewer lanes, slices of one), a LOAD slices of one.
+        # core's last sums, the core for the LOAD). A LOAD's writes pass the core's write register
+        # (`acc_loading`, chosen as an instruction starts), so the block RAMs' inputs come from it alone.
         acc_loading = Signal()
         with m.If(seq.start):
             m.d.sync += acc_loading.eq(kind["acc"] | kind["acc8"])
-        for writer, chosen in ((self.acc_load, acc_loading), (core.acc_write, ~acc_loading)):
-            with m.If(chosen):
-                m.d.comb += [acc_w.addr.eq(writer.addr), acc_w.data.eq(writer.data),
-                             acc_w.en.eq(widened(writer.en, len(acc_w.en) // len(writer.en)))]
+        wiring.connect(m, wiring.flipped(self.acc_load), core.acc_load)
+        m.d.comb += core.acc_loading.eq(acc_loading)
+        wiring.connect(m, core.acc_write, acc_w)
 
         # FINISH: one cycle after its pops, every other part must be quiet.
         finish_check = Signal()

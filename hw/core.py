@@ -46,7 +46,7 @@ from tilewright.isa import AluOp, ErrorCode
 
 from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe, replicas
-from .sram import alu_granularity, sram_shape
+from .sram import acc_granularity, alu_granularity, load_granularity, sram_shape, widened
 
 __all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply", "OPERAND_COPIES_FROM"]
 
@@ -204,6 +204,13 @@ class ComputeCore(wiring.Component):
         A micro-op wrote back this cycle.
     uop_read, inp_read, wgt_read, acc_read_a, acc_read_b : In(ReadPort.Signature)
     acc_write, out_write : In(WritePort.Signature)
+        The write register: both SRAMs' address, data and enables come from flip-flops.
+    acc_load : Out(WritePort.Signature)
+        A LOAD's writes into the accumulator SRAM, which pass the write register (a cycle later)
+        while ``acc_loading``.
+    acc_loading : In(1)
+        A LOAD owns ``acc_write``: the compute stream runs one instruction at a time, so the core is
+        idle (its writes drained) and starts only after the LOAD is done.
     """
 
     def __init__(self, cfg):
@@ -228,8 +235,11 @@ class ComputeCore(wiring.Component):
             "wgt_read": port(ReadPort, "wgt"),
             "acc_read_a": port(ReadPort, "acc"),
             "acc_read_b": port(ReadPort, "acc"),
-            "acc_write": port(WritePort, "acc", granularity=alu_granularity(cfg)),
+            "acc_write": port(WritePort, "acc", granularity=acc_granularity(cfg)),
             "out_write": port(WritePort, "out", granularity=alu_granularity(cfg)),
+            "acc_load": Out(WritePort.Signature(addr_width=cfg.index_bits("acc"), shape=self.acc_shape,
+                                                granularity=load_granularity(cfg, "acc"))),
+            "acc_loading": In(1),
         })
 
     def elaborate(self, platform):
@@ -248,7 +258,9 @@ class ComputeCore(wiring.Component):
         reset = Signal(reset_less=True)
         overwrite = Signal(reset_less=True)
         use_imm = Signal(reset_less=True)
-        alu_op = Signal.like(alu.alu_op, reset_less=True)
+        # The ALU operation as one flag per operation: the selects and the MUL's timing read a flip-flop,
+        # not a compare of the opcode field (on the 85F at 100 MHz that compare led every result bit).
+        alu_is = {op: Signal(name=f"alu_is_{op.name.lower()}", reset_less=True) for op in AluOp}
         imm = Signal(signed(c.acc_width), reset_less=True)
         active = Signal()
         error = Signal(isa.ERROR_BITS)
@@ -264,17 +276,20 @@ class ComputeCore(wiring.Component):
         with m.If(self.start):
             m.d.sync += [
                 is_gemm.eq(gemm.opcode == isa.Opcode.GEMM),
-                reset.eq(gemm.reset), overwrite.eq(gemm.overwrite), use_imm.eq(alu.use_imm), alu_op.eq(alu.alu_op),
+                reset.eq(gemm.reset), overwrite.eq(gemm.overwrite), use_imm.eq(alu.use_imm),
+                *(flag.eq(alu.alu_op == op) for op, flag in alu_is.items()),
                 imm.eq(alu.imm), error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0)),
             ]
-            m.d.comb += loops.start.eq(~uop_range_bad)
+            # The loops start even on a bad range (its compare stays off the counters' enables): the
+            # error set here stops them before they issue a micro-op (`loops.stop`, `uop_valid`).
+            m.d.comb += loops.start.eq(1)
             m.d.sync += active.eq(1)
 
         # -- S0: micro-op read -------------------------------------------------
         # `stall` (an ALU micro-op waiting in S2, see the ALU below) holds S0 and S1.
         # The micro-op is registered as it leaves the SRAM, before any logic uses
         # it: a block RAM's clock-to-out is more than half a 100 MHz cycle.
-        stall = Signal()
+        stall = Signal()        # (with several passes a register, else from S3's state: see the ALU)
         m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(~stall), loops.hold.eq(stall)]
         uop_valid = Signal()
         uop_loop = Signal.like(loops.out, reset_less=True)
@@ -377,10 +392,15 @@ class ComputeCore(wiring.Component):
         # The results written (GEMM sums or ALU lanes) and the write register they pass through: the
         # accumulator's and OUT's block RAMs are spread over a large part, and their write address, data
         # and enables come straight from flip-flops.
+        # A LOAD's accumulator writes pass the same register (`acc_load`), so no multiplexer lies
+        # between it and the block RAMs either; only the core's own writes reach OUT.
         result = Signal(self.acc_shape)
         write_dst = Signal(acc_bits)
-        write = Signal(len(self.acc_write.en))      # per slice of `vector_width` lanes (one bit: the row)
+        core_dst = Signal(acc_bits)                 # the row the core writes (the ALU's hazards compare it)
+        write = Signal(len(self.out_write.en))      # the core's, per slice of `vector_width` lanes (one bit: the row)
+        write_acc = Signal(len(self.acc_write.en))  # the core's or a LOAD's, per slice of either
         wr_en = pipe(m, write, "wr_en")
+        wr_acc_en = pipe(m, write_acc, "wr_acc_en")
         wr_dst = pipe(m, write_dst, "wr_dst", data=True)
         wr_data = pipe(m, result, "wr_data", data=True)
         # The row read for the micro-op behind misses the two writes ahead of it: the one computed now
@@ -415,7 +435,7 @@ class ComputeCore(wiring.Component):
         x_last = x_slice == passes - 1 if passes > 1 else C(1)
         # With `serial_mul` a MUL spends acc_width cycles on each slice, adding a partial product a cycle.
         x_step = Signal(range(c.acc_width), reset_less=True)
-        x_done = (alu_op != AluOp.MUL) | (x_step == c.acc_width - 1) if c.serial_mul else C(1)  # a slice's last cycle
+        x_done = ~alu_is[AluOp.MUL] | (x_step == c.acc_width - 1) if c.serial_mul else C(1)  # a slice's last cycle
         x_final = x_last & x_done                           # the micro-op's last cycle in S3
         with m.If(s2_ok & ~is_gemm & ~stall):
             m.d.sync += [x_valid.eq(1), x_dst.eq(s2_dst[:acc_bits]), x_slice.eq(0), x_step.eq(0)]
@@ -434,7 +454,7 @@ class ComputeCore(wiring.Component):
         else:       # the slice S3 works on this cycle: the operand registers shift each slice to the bottom
             operands = tuple([op.as_value().word_select(k, c.acc_width).as_signed() for k in range(width)]
                              for op in (a_op, b_op))
-        alu_lanes = [_AluLane(m, alu_op, a, b, c.acc_width, lane, serial_from=(x_step == 0) if c.serial_mul else None,
+        alu_lanes = [_AluLane(m, alu_is, a, b, c.acc_width, lane, serial_from=(x_step == 0) if c.serial_mul else None,
                                reset_less=products_reset_less)
                      for lane, (a, b) in enumerate(zip(*operands))]
         if passes > 1:
@@ -443,10 +463,10 @@ class ComputeCore(wiring.Component):
             # (micro-ops are `passes` cycles apart there: only a dependent one waits the extra cycle).
             # Each operation's result has a register of its own and S5 selects: one multiplexer after
             # S4's shifter and sums would end up in front of the sums' carry chains (Yosys shares them).
-            # (`alu_op` holds until S5 has drained: an instruction is done only when nothing is in flight)
+            # (`alu_is` holds until S5 has drained: an instruction is done only when nothing is in flight)
             out_valid, out_last = pipe(m, w_valid, "s5_valid"), pipe(m, w_last, "s5_last")
             out_dst, out_slice = (pipe(m, v, f"s5_{n}", data=True) for n, v in (("dst", w_dst), ("slice", w_slice)))
-            out_result = Cat(_AluLane.select(alu_op, *(pipe(m, v[:c.acc_width], f"s5_{n}_{lane}", data=True)
+            out_result = Cat(_AluLane.select(alu_is, *(pipe(m, v[:c.acc_width], f"s5_{n}_{lane}", data=True)
                                                         for n, v in zip(("product", "shifted", "other"),
                                                                         alu_lane.candidates)))
                              for lane, alu_lane in enumerate(alu_lanes))
@@ -495,24 +515,38 @@ class ComputeCore(wiring.Component):
                 return (rows[0] == row) | (~use_imm & (rows[1] == row))
             held_rows, taken_rows = (s2_dst[:acc_bits], s2_src[:acc_bits]), (dst[:acc_bits], src[:acc_bits])
 
+            hazards_next = []
+
             def hazard_ahead(name, if_held, if_taken):      # each: (whether the stage will be busy, its row)
                 hazard = Signal(name=f"{name}_hazard")
-                m.d.sync += hazard.eq(Mux(stall, if_held[0] & reads(held_rows, if_held[1]),
-                                          if_taken[0] & reads(taken_rows, if_taken[1])))
+                hazards_next.append(Mux(stall, if_held[0] & reads(held_rows, if_held[1]),
+                                        if_taken[0] & reads(taken_rows, if_taken[1])))
+                m.d.sync += hazard.eq(hazards_next[-1])
                 return hazard
             x_busy = x_valid & ~x_final         # S3 keeps its micro-op next cycle
             s2_moves = s2_ok & ~is_gemm         # (S2's micro-op moves on to S3 when S2 takes S1's)
-            x_hazard = hazard_ahead("x", (x_busy, x_dst), (s2_moves | x_busy, Mux(s2_moves, s2_dst[:acc_bits], x_dst)))
-            w_hazard = hazard_ahead("w", *[(x_valid & x_done, x_dst)] * 2)
-            s5_hazard = hazard_ahead("s5", *[(w_valid, w_dst)] * 2)
-            wr_hazard = hazard_ahead("wr", *[(write.any(), write_dst)] * 2)
+            hazard_ahead("x", (x_busy, x_dst), (s2_moves | x_busy, Mux(s2_moves, s2_dst[:acc_bits], x_dst)))
+            hazard_ahead("w", *[(x_valid & x_done, x_dst)] * 2)
+            hazard_ahead("s5", *[(w_valid, w_dst)] * 2)
+            hazard_ahead("wr", *[(write.any(), core_dst)] * 2)
             # S2 reads its rows from its own registers, so no logic lies between a flip-flop and the
             # accumulator's block RAMs: they are ready a cycle after S2 takes its micro-op (S3 takes
-            # `passes` cycles a micro-op, so this costs a cycle per instruction, no more).
-            s2_read = Signal()      # the port holds S2's rows: S2 kept its micro-op last cycle
-            m.d.sync += s2_read.eq(stall)
-            m.d.comb += stall.eq(s2_valid & ~is_gemm & (~s2_read | x_busy | x_hazard | w_hazard | s5_hazard
-                                                        | wr_hazard))
+            # `passes` cycles a micro-op, so this costs a cycle per instruction, no more). S2 waits
+            # until the port holds its rows and no stage ahead has one of them to write:
+            #   stall = s2_valid & ~is_gemm & (~s2_read | x_busy | any hazard),
+            # with s2_read = stall a cycle ago. `stall` is itself a register, that expression computed a
+            # cycle ahead from the next values of its terms (the hazards' are theirs): it reaches every
+            # S0-S2 register's and the loops' enables (on the 85F at 100 MHz, 12 ns from the hazards).
+            s2_valid_next = Mux(stall, s2_valid, s1_valid)
+            if c.serial_mul:        # (S3's next cycle: the first of S2's micro-op, or the next step or slice)
+                x_final_next = Mux(s2_ok & ~is_gemm & ~stall, C(0),
+                                   Mux(x_valid & ~x_done, x_last & (~alu_is[AluOp.MUL] | (x_step == c.acc_width - 2)),
+                                       (x_slice == passes - 2) & ~alu_is[AluOp.MUL]))
+            else:
+                x_final_next = Mux(s2_ok & ~is_gemm & ~stall, C(0), x_slice == passes - 2)
+            x_valid_next = (s2_ok & ~is_gemm & ~stall) | (x_valid & ~x_final)
+            x_busy_next = x_valid_next & ~x_final_next
+            m.d.sync += stall.eq(s2_valid_next & ~is_gemm & (~stall | x_busy_next | Cat(*hazards_next).any()))
 
         with m.If(is_gemm):
             m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
@@ -524,13 +558,21 @@ class ComputeCore(wiring.Component):
                          self.acc_read_b.addr.eq(src), self.acc_read_b.en.eq(1)]
 
         # -- the write register: ACC and OUT are written a cycle after a result is ready --------
+        # A LOAD's data joins the ALU's results in one multiplexer (they never write together), and the
+        # GEMM's sums, from an adder, are chosen after it: through one multiplexer, as without LOADs.
         with m.If(g_valid):
-            m.d.comb += [write.eq(-1), write_dst.eq(g_dst), result.eq(g_result)]
+            m.d.comb += [write.eq(-1), core_dst.eq(g_dst)]
         with m.Elif(out_valid):
-            m.d.comb += [write.eq(C(1, 1) << out_slice if passes > 1 else 1), write_dst.eq(out_dst),
-                         result.eq(out_result.replicate(passes))]
+            m.d.comb += [write.eq(C(1, 1) << out_slice if passes > 1 else 1), core_dst.eq(out_dst)]
+        load, loading = self.acc_load, self.acc_loading
         m.d.comb += [
-            self.acc_write.addr.eq(wr_dst), self.acc_write.data.eq(wr_data), self.acc_write.en.eq(wr_en),
+            write_dst.eq(Mux(loading, load.addr, core_dst)),
+            result.eq(Mux(g_valid, g_result, Mux(loading, load.data, out_result.replicate(passes)))),
+            write_acc.eq(Mux(loading, widened(load.en, len(write_acc) // len(load.en)),
+                             widened(write, len(write_acc) // len(write)))),
+        ]
+        m.d.comb += [
+            self.acc_write.addr.eq(wr_dst), self.acc_write.data.eq(wr_data), self.acc_write.en.eq(wr_acc_en),
             self.out_write.addr.eq(wr_dst), self.out_write.en.eq(wr_en),
             self.retire_gemm.eq(g_valid), self.retire_alu.eq(out_last),
         ]
@@ -561,11 +603,13 @@ class _AluLane:
     three half-width products registered in S3 and summed in S4, or (given
     ``serial_from``, high in the first of ``width`` cycles S3 holds the
     operands) by adding one partial product a cycle in one adder; SHR clamps
-    its shift amount in S3 and shifts in S4. ``reset_less``: the MUL's
-    product registers skip the reset (as the GEMM's do; see there).
+    its shift amount in S3 and shifts in S4. ``op_is`` maps each
+    :class:`~tilewright.isa.AluOp` to a flag set while it is the operation.
+    ``reset_less``: the MUL's product registers skip the reset (as the
+    GEMM's do; see there).
     """
 
-    def __init__(self, m, op, a, b, width, lane, *, serial_from=None, reset_less=False):
+    def __init__(self, m, op_is, a, b, width, lane, *, serial_from=None, reset_less=False):
         shift_bits = (width - 1).bit_length()
         right = Signal(shift_bits, name=f"alu_shr_{lane}")
         left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")
@@ -582,8 +626,8 @@ class _AluLane:
         total = pipe(m, (a + b)[:width], f"alu_sum_{lane}", data=True)
         # MIN takes a when a < b, MAX when not (when a == b either will do): a compare's carry chain
         # ends in a flip-flop, not in a 32-bit multiplexer.
-        take_a = pipe(m, (a < b) ^ (op == AluOp.MAX), f"alu_take_a_{lane}", data=True)
-        other = Mux(op == AluOp.ADD, total, Mux(take_a, a_q, b_q))
+        take_a = pipe(m, (a < b) ^ op_is[AluOp.MAX], f"alu_take_a_{lane}", data=True)
+        other = Mux(op_is[AluOp.ADD], total, Mux(take_a, a_q, b_q))
         # SHR: a negative amount shifts left.
         shift_left = pipe(m, sign, f"alu_shift_left_{lane}", data=True)
         right_q, left_q = pipe(m, right, f"alu_shr_q_{lane}", data=True), pipe(m, left, f"alu_shl_q_{lane}", data=True)
@@ -602,11 +646,11 @@ class _AluLane:
             product = (low_product + ((cross[0] + cross[1]) << half))[:width]
         #: What MUL, SHR and the other operations make; ``result`` is the one ``op`` asks for.
         self.candidates = (product, shifted, other)
-        self.result = self.select(op, *self.candidates)
+        self.result = self.select(op_is, *self.candidates)
 
     @staticmethod
-    def select(op, product, shifted, other):
-        return Mux(op == AluOp.MUL, product, Mux(op == AluOp.SHR, shifted, other))
+    def select(op_is, product, shifted, other):
+        return Mux(op_is[AluOp.MUL], product, Mux(op_is[AluOp.SHR], shifted, other))
 
     @staticmethod
     def _serial_product(m, a, b, first, lane):

@@ -20,6 +20,7 @@ from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode, Opcode, Stream
 
 from .dma import BeatLayout, ElementPacker, ReadClient
+from .dsp import is_gowin
 from .fifo import HeadRegisteredFIFO
 from .sequencer import CommandLayout
 
@@ -162,11 +163,14 @@ class Fetch(wiring.Component):
         # 2**(addr_width-4) instructions: every count and index below is that narrow.
         index_bits = self.addr_width - 4 + 1
         index = Signal(index_bits)
-        count = Signal(index_bits)
         remaining = Signal(index_bits)        # instructions not yet asked of DRAM
         next_addr = Signal(self.addr_width)   # where the next chunk starts
         arriving = Signal(range(chunk_size + 1))   # asked for but not yet in the buffer
         running = Signal()
+        # index == count, kept as a flag beside the index (it gates `fault` and ends the run): set at
+        # the start and as the index steps, from a compare with the last index registered at the start.
+        all_dispatched = Signal()
+        last_index = Signal(index_bits, reset_less=True)
         chunk = Signal(range(chunk_size + 1))
         # min(remaining, chunk_size) from bit tests: no subtractor or ordered compare on the request path
         m.d.comb += chunk.eq(Mux(remaining[chunk_size.bit_length() - 1:].any(), chunk_size, remaining))
@@ -192,8 +196,18 @@ class Fetch(wiring.Component):
         decoded = data.View(DecodedLayout(), buffer.r_decoded)
         to_load, to_store = decoded.to_load, decoded.to_store
         to_compute = ~to_load & ~to_store
+        # A read's error response stops dispatch from a register where the buffer's head is one: a beat
+        # written in cycle t heads the buffer in t + 2 at the earliest, when the reader's error (a register
+        # set in t + 1) has passed this one. Everything `go` depends on then comes from flip-flops (on the
+        # 85F at 100 MHz the error reached the head's 128 enables through the dispatch: 12 ns). The Gowin's
+        # head, read asynchronously, can be the failed word in t + 1.
+        read_failed = Signal()
+        if is_gowin(platform):
+            m.d.comb += read_failed.eq(reader.error)
+        else:
+            m.d.sync += read_failed.eq(reader.error)
         error = Signal(isa.ERROR_BITS)
-        m.d.comb += error.eq(Mux(bad_address | reader.error, ErrorCode.BUS_ERROR, decoded.error))
+        m.d.comb += error.eq(Mux(bad_address | read_failed, ErrorCode.BUS_ERROR, decoded.error))
 
         for queue, selected in ((self.load, to_load), (self.compute, to_compute), (self.store, to_store)):
             m.d.comb += [queue.payload.insn.eq(word), queue.payload.index.eq(index),
@@ -204,23 +218,23 @@ class Fetch(wiring.Component):
             buffer.r_en.eq(go),
             self.dispatched.eq(go),
             self.fault.eq(running & (buffer.r_rdy | (error == ErrorCode.BUS_ERROR)) & (error != 0) & ~self.halt
-                          & (index != count)),
+                          & ~all_dispatched),
             self.error.eq(Mux(self.fault, error, 0)),
             self.index.eq(index),
-            self.done.eq(running & (index == count)),
+            self.done.eq(running & all_dispatched),
             self.busy.eq(reader.busy | (arriving != 0)),
             self.stalled.eq(running & buffer.r_rdy & (error == 0) & ~target_ready & (arriving == 0)
                             & ~reader.busy),
         ]
         with m.If(go):
-            m.d.sync += index.eq(index + 1)
+            m.d.sync += [index.eq(index + 1), all_dispatched.eq(index == last_index)]
         with m.If(self.fault):
             m.d.sync += running.eq(0)
         with m.If(self.start):
             end = self.addr + self.count * isa.INSN_BYTES
-            # (a count too wide for `count` is beyond the bus: it saturates, never reads as 0)
+            # (a count too wide for the index is beyond the bus: it saturates, never reads as 0)
             narrow = Mux(self.count[index_bits:].any(), (1 << index_bits) - 1, self.count)
-            m.d.sync += [next_addr.eq(self.addr), count.eq(narrow), remaining.eq(narrow), arriving.eq(0),
-                         index.eq(0), running.eq(1),
+            m.d.sync += [next_addr.eq(self.addr), remaining.eq(narrow), arriving.eq(0),
+                         index.eq(0), running.eq(1), all_dispatched.eq(narrow == 0), last_index.eq(narrow - 1),
                          bad_address.eq((self.addr[:4] != 0) | (end > 1 << self.addr_width))]
         return m

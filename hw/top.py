@@ -243,7 +243,7 @@ class Datapath(wiring.Component):
 
         # FINISH is legal when nothing else is left: tokens, other streams, instructions. (Once fetch is
         # done its index is the run's count, as latched at the start: the host may write the register meanwhile.)
-        tokens_clear = Cat(tq.count == 0 for tq in tokens.values()).all()
+        tokens_clear = ~Cat(tq.pop_ready for tq in tokens.values()).any()
         m.d.comb += compute.protocol_ok.eq(
             tokens_clear & ~load.busy & ~store.busy & queues["load"].empty & queues["store"].empty
             & fetch.done & (compute.index == fetch.index - 1))
@@ -252,9 +252,10 @@ class Datapath(wiring.Component):
 
         # -- quiet bus -----------------------------------------------------------------
         beats_due = Signal(range(len(READ_CLIENTS) * 8 * 256 + 1))    # (a reader has at most 5 bursts of 256 beats due)
-        m.d.sync += beats_due.eq(beats_due
-                                 + Mux(self.axi.arvalid & self.axi.arready, self.axi.arlen + 1, 0)
-                                 - (self.axi.rvalid & self.axi.rready))
+        # A beat taken is subtracted a cycle later, from a register (`rready` comes from deep in the
+        # loaders): the count is then high for a cycle, never low, so the bus may read quiet a cycle late.
+        beat_taken = pipe(m, self.axi.rvalid & self.axi.rready, "beat_taken")
+        m.d.sync += beats_due.eq(beats_due + Mux(self.axi.arvalid & self.axi.arready, self.axi.arlen + 1, 0) - beat_taken)
         m.d.comb += self.quiet.eq((beats_due == 0) & ~fetch.busy & ~load.dma_busy & ~compute.executing
                                   & ~store.dma_busy)
 

@@ -7,7 +7,7 @@ import pytest
 
 from tilewright.cli import main
 from tilewright.fpga import paths
-from tilewright.fpga.paths import estimate_paths, group_endpoints, group_paths, routed_endpoints
+from tilewright.fpga.paths import estimate_paths, group_endpoints, group_paths, routed_endpoints, routed_paths
 
 HOP = 1.0
 
@@ -118,3 +118,20 @@ def test_the_cli_prefers_a_routed_builds_own_arrivals(tmp_path, capsys):
     assert out.splitlines()[1].split() == ["12.50", "ns", "3", "u.core"]
     assert main(["fpga", "paths", str(tmp_path), "--estimate", "--freq", "500"]) == 0
     assert "a -> b.DI" in capsys.readouterr().out
+
+
+def test_routed_endpoints_take_their_start_from_the_netlist(tmp_path, capsys):
+    # nextpnr names the packed flip-flop's cell (its data through M); the netlist has a -> LUT -> b.
+    cells = {"a": ff(20, 1), "l": lut([1], 2), "b_TRELLIS_FF_Q": ff(2, 3)}
+    net = netlist(cells, {"a": 1, "n": 2, "b": 3})
+    report = routed_report({("b_TRELLIS_FF_Q", "M"): 12.0, ("gone", "DI"): 11.0, ("a", "DI"): 3.0})
+    endpoints = routed_paths(report, net, hop_ns=HOP)
+    assert [(e["name"], e["port"], e["ns"], e["path"]) for e in endpoints] == [
+        ("b_TRELLIS_FF_Q", "M", 12.0, ["a", "n"]), ("gone", "DI", 11.0, ["gone"]), ("a", "DI", 3.0, ["$20"])]
+    assert group_paths(endpoints, 10.0) == [(12.0, 1, "a", "b.M"), (11.0, 1, "gone", "gone.DI")]
+    (tmp_path / "top.json").write_text(json.dumps(net))
+    (tmp_path / "pnr_report.json").write_text(json.dumps(report))
+    assert main(["fpga", "paths", str(tmp_path), "--freq", "100", "--path"]) == 0
+    out = capsys.readouterr().out
+    assert "starts estimated from the netlist" in out and "a -> b.M" in out and "latest path: a -> n" in out
+    assert "the latest 12.0 ns, 3 ns late in all" in out        # (12.0 - 10 and 11.0 - 10)

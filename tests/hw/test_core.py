@@ -27,7 +27,7 @@ from amaranth.sim import Simulator
 
 from tilewright import PRESETS, isa
 from tilewright.hw.core import ComputeCore, soft_multiply
-from tilewright.hw.sram import alu_granularity, sram_shape
+from tilewright.hw.sram import acc_granularity, alu_granularity, sram_shape
 from tilewright.isa import Alu, AluOp, ErrorCode, Finish, Gemm, Load, MemType
 from tilewright.sim import FunctionalSimulator
 from tilewright.sim.fsim import SimError
@@ -130,7 +130,7 @@ class CoreHarness(Elaboratable):
         m.submodules.core = core
         for name, mem in mems.items():
             m.submodules[f"{name}_mem"] = mem
-        acc_w = mems["acc"].write_port(granularity=alu_granularity(self.cfg))
+        acc_w = mems["acc"].write_port(granularity=acc_granularity(self.cfg))
         wiring.connect(m, core.uop_read, mems["uop"].read_port())
         wiring.connect(m, core.inp_read, mems["inp"].read_port())
         wiring.connect(m, core.wgt_read, mems["wgt"].read_port())
