@@ -216,25 +216,29 @@ def cmd_paths(args):
     if not freq:
         raise _error("give --freq MHZ (no report.json beside the netlist says the build's clock)")
     period = 1000.0 / freq
-    def read_netlist():
+    def ecp5_netlist():
+        """The build's netlist, or None where it is not an ECP5's (the estimate knows the ECP5's cells only)."""
         try:
             netlist = json.loads(netlist_path.read_text())
         except ValueError as e:
             raise _error(f"cannot read {netlist_path}: {e}") from None
-        if "top" not in netlist.get("modules", {}) or not any(
-                c["type"] == "TRELLIS_FF" for c in netlist["modules"]["top"]["cells"].values()):
-            raise _error(f"{netlist_path} is not an ECP5 netlist (the estimate knows the ECP5's cells only)")
-        return netlist
+        ecp5 = "top" in netlist.get("modules", {}) and any(
+            c["type"] == "TRELLIS_FF" for c in netlist["modules"]["top"]["cells"].values())
+        return netlist if ecp5 else None
 
     if "detailed_net_timings" in routed:
-        # Grouped by start and end register, the starts from the netlist (nextpnr's report has none).
-        by_start = not args.units and netlist_path.is_file()
-        endpoints = routed_paths(routed, read_netlist(), hop_ns=args.hop) if by_start else routed_endpoints(routed)
+        # Grouped by start and end register where the ECP5 netlist gives the starts (nextpnr's report has none).
+        netlist = ecp5_netlist() if not args.units and netlist_path.is_file() else None
+        by_start = netlist is not None
+        endpoints = routed_paths(routed, netlist, hop_ns=args.hop) if by_start else routed_endpoints(routed)
         what = f"later than {period:.2f} ns ({freq:g} MHz) after place and route (nextpnr's arrivals"
         what += f", seed {report['seed']}" if "seed" in report else ""
         what += "; starts estimated from the netlist)" if by_start else ")"
     else:
-        endpoints = estimate_paths(read_netlist(), hop_ns=args.hop)
+        netlist = ecp5_netlist()
+        if netlist is None:
+            raise _error(f"{netlist_path} is not an ECP5 netlist (the estimate knows the ECP5's cells only)")
+        endpoints = estimate_paths(netlist, hop_ns=args.hop)
         what = f"estimated later than {period:.2f} ns ({freq:g} MHz, {args.hop} ns per net)"
     if not endpoints:
         raise _error(f"no timed endpoints in {routed_path if routed else netlist_path}")
@@ -255,7 +259,7 @@ def cmd_paths(args):
         print(f"... and {len(groups) - args.top} more groups (--top N)")
     if args.path:
         print("latest path: " + " -> ".join(endpoints[0]["path"]) if "path" in endpoints[0] else
-              "(--path lists the netlist's nets of the latest path: drop --units)")
+              "(--path lists the latest path's nets from an ECP5 build's netlist, without --units)")
 
 
 def add_parser(sub):
@@ -301,8 +305,9 @@ def add_parser(sub):
     sp.add_argument("--freq", type=float, help="clock in MHz (default: the build's)")
     sp.add_argument("--top", type=int, default=30, help="groups to list (default 30)")
     sp.add_argument("--hop", type=float, default=1.3, help="ns per net (default 1.3)")
-    sp.add_argument("--path", action="store_true", help="also print the latest path's nets (on a routed build: the netlist's path "
-                         "into nextpnr's latest endpoint)")
+    sp.add_argument("--path", action="store_true",
+                    help="also print the latest path's nets (on a routed build: the netlist's path into nextpnr's "
+                         "latest endpoint)")
     sp.add_argument("--units", type=int, metavar="DEPTH",
                     help="count late endpoints per unit DEPTH levels down the hierarchy (e.g. 4: "
                          "soc.accelerator.datapath.compute), most first")

@@ -180,7 +180,8 @@ def routed_paths(report, netlist, *, hop_ns=1.3):
     """:func:`routed_endpoints` of ``report``, each with the ``path`` (net names) that
     :func:`estimate_paths` finds latest into the same endpoint of ``netlist``, the build's synthesised
     netlist: where nextpnr's late endpoints most likely start. An endpoint the estimate does not time
-    has a path of its own name alone."""
+    has a path of its own name alone. A flip-flop's ``M`` input (nextpnr's name for its data input when
+    it bypasses the slice's LUT) is reported as ``DI``, as the netlist has it."""
     module = netlist["modules"]["top"]
     names = _names(module)
     estimated = {}
@@ -192,15 +193,15 @@ def routed_paths(report, netlist, *, hop_ns=1.3):
         label = e["name"]
         if cell is not None and cell["type"] == "TRELLIS_FF" and _bits(cell, "Q"):
             label = names.get(_bits(cell, "Q")[0], label)       # (the estimate names a flip-flop by its output)
-        port = "DI" if e["port"] == "M" else e["port"]          # (nextpnr's M: the data input, bypassing the LUT)
-        out.append({**e, "path": estimated.get((label, port), [label])})
+        port = "DI" if e["port"] == "M" else e["port"]
+        out.append({**e, "port": port, "path": estimated.get((label, port), [label])})
     return out
 
 
 def _cell_register(cell):
     """The register (or block RAM) a packed cell belongs to: its name without what Yosys's techmap and
     autoname appended (``_TRELLIS_FF_Q_3``, a RAM's ``_DOA8`` net it was named after), as :func:`_register`."""
-    return _register(re.sub(r"(_TRELLIS_\w*|_DO[AB]\d+\w*)$", "", cell))
+    return _register(re.sub(r"(_TRELLIS_\w*|_DO[AB]\d+\w*)$", "", _register(cell)))
 
 
 def group_endpoints(endpoints, period_ns, *, depth=None):

@@ -62,7 +62,9 @@ class LoopGenerator(wiring.Component):
     bits wide for its ``index_bits``-bit factors and saturates at all ones:
     the indices it makes are only ever compared with a buffer depth of at
     most ``2**index_bits`` (out of range, or exact). ``stop`` ends the walk
-    early; ``hold`` keeps the current output for another cycle.
+    early; ``hold`` keeps the current output for another cycle; ``start``
+    with ``skip`` walks nothing (the instruction failed a check; it reaches
+    the walk's running flag alone, not the counters' enables).
     """
 
     def __init__(self, *, uop_bits, index_bits):
@@ -70,7 +72,7 @@ class LoopGenerator(wiring.Component):
         self.index_bits = dict(zip(("dst", "src", "wgt"), index_bits))
         offsets = {n: b + 1 for n, b in self.index_bits.items()}
         super().__init__({
-            "start": In(1),
+            "start": In(1), "skip": In(1),
             "uop_bgn": In(uop_bits), "uop_end": In(uop_bits + 1),
             "iter_out": In(isa.LOOP_BITS), "iter_in": In(isa.LOOP_BITS),
             "factors": In(data.StructLayout({f"{n}_{level}": b for n, b in self.index_bits.items()
@@ -119,7 +121,7 @@ class LoopGenerator(wiring.Component):
         with m.If(self.start):
             empty = (self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0)
             one_uop, one_iter = self.uop_end == self.uop_bgn + 1, self.iter_in == 1
-            m.d.sync += [running.eq(~empty), o.eq(0), i.eq(0), u.eq(self.uop_bgn),
+            m.d.sync += [running.eq(~empty & ~self.skip), o.eq(0), i.eq(0), u.eq(self.uop_bgn),
                          u_penult.eq(self.uop_end - 2), i_penult.eq(self.iter_in - 2), o_penult.eq(self.iter_out - 2),
                          single_u.eq(one_uop), single_i.eq(one_iter),
                          last_u.eq(one_uop), last_i.eq(one_iter), last_o.eq(self.iter_out == 1)]
@@ -280,9 +282,7 @@ class ComputeCore(wiring.Component):
                 *(flag.eq(alu.alu_op == op) for op, flag in alu_is.items()),
                 imm.eq(alu.imm), error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0)),
             ]
-            # The loops start even on a bad range (its compare stays off the counters' enables): the
-            # error set here stops them before they issue a micro-op (`loops.stop`, `uop_valid`).
-            m.d.comb += loops.start.eq(1)
+            m.d.comb += [loops.start.eq(1), loops.skip.eq(uop_range_bad)]
             m.d.sync += active.eq(1)
 
         # -- S0: micro-op read -------------------------------------------------
@@ -322,8 +322,10 @@ class ComputeCore(wiring.Component):
         s2_bad = Signal(reset_less=True)
         s2_hazard = Signal(reset_less=True)     # an ALU operand is the row the micro-op ahead (now in S2) writes
         reads_row = (dst[:acc_bits] == s2_dst[:acc_bits]) | (~use_imm & (src[:acc_bits] == s2_dst[:acc_bits]))
+        s2_valid_next = Mux(stall, s2_valid, s1_valid)
+        m.d.sync += s2_valid.eq(s2_valid_next)
         with m.If(~stall):
-            m.d.sync += [s2_valid.eq(s1_valid), s2_dst.eq(dst), s2_src.eq(src), s2_bad.eq(out_of_range),
+            m.d.sync += [s2_dst.eq(dst), s2_src.eq(src), s2_bad.eq(out_of_range),
                          s2_hazard.eq(~is_gemm & s1_valid & s2_valid & reads_row)]
         bad = s2_valid & s2_bad
         m.d.comb += loops.stop.eq(error != 0)
@@ -432,19 +434,24 @@ class ComputeCore(wiring.Component):
         x_valid = Signal()          # S3 holds an ALU micro-op
         x_dst = Signal(acc_bits, reset_less=True)
         x_slice = Signal(range(max(passes, 2)), reset_less=True)      # (one bit, unused, with a single pass)
-        x_last = x_slice == passes - 1 if passes > 1 else C(1)
         # With `serial_mul` a MUL spends acc_width cycles on each slice, adding a partial product a cycle.
         x_step = Signal(range(c.acc_width), reset_less=True)
-        x_done = ~alu_is[AluOp.MUL] | (x_step == c.acc_width - 1) if c.serial_mul else C(1)  # a slice's last cycle
+
+        def final(slice_, step):        # S3's last cycle of a micro-op: its last slice, the slice's last step
+            last = slice_ == passes - 1 if passes > 1 else C(1)
+            done = ~alu_is[AluOp.MUL] | (step == c.acc_width - 1) if c.serial_mul else C(1)
+            return last, done
+        x_last, x_done = final(x_slice, x_step)             # (x_done: a slice's last cycle)
         x_final = x_last & x_done                           # the micro-op's last cycle in S3
-        with m.If(s2_ok & ~is_gemm & ~stall):
-            m.d.sync += [x_valid.eq(1), x_dst.eq(s2_dst[:acc_bits]), x_slice.eq(0), x_step.eq(0)]
-        with m.Elif(x_valid & ~x_done):
-            m.d.sync += x_step.eq(x_step + 1)
-        with m.Elif(x_valid & ~x_last):
-            m.d.sync += [x_slice.eq(x_slice + 1), x_step.eq(0)]
-        with m.Else():
-            m.d.sync += x_valid.eq(0)
+        # S3's next state (the registered `stall` of several passes reads it too): S2's micro-op enters,
+        # or S3's steps, takes its next slice, or leaves. (x_slice and x_step are read only while x_valid.)
+        x_enter = s2_ok & ~is_gemm & ~stall
+        x_valid_next = x_enter | (x_valid & ~x_final)
+        x_slice_next = Mux(x_enter, 0, Mux(x_done & ~x_last, x_slice + 1, x_slice))
+        x_step_next = Mux(x_enter | x_done, 0, x_step + 1)
+        m.d.sync += [x_valid.eq(x_valid_next), x_slice.eq(x_slice_next), x_step.eq(x_step_next)]
+        with m.If(x_enter):
+            m.d.sync += x_dst.eq(s2_dst[:acc_bits])
         w_valid = pipe(m, x_valid & x_done, "w_valid")      # S4 writes a slice (or the row)
         w_last = pipe(m, x_valid & x_final, "w_last")       # ... completing the micro-op
         w_dst = pipe(m, x_dst, "w_dst", data=True)
@@ -506,47 +513,31 @@ class ComputeCore(wiring.Component):
         if passes == 1:
             m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_final | s2_hazard))
         else:
-            # Whether the micro-op in S2 reads a row S3, S4, S5 or the write register is yet to write:
-            # compared a cycle ahead, against the rows they and S2 will hold, with whether they hold a
-            # micro-op, and registered (`stall` fans out to the loops, the micro-op SRAM and
-            # every S0-S2 register). Both cases are compared, S2 keeping its micro-op or taking S1's;
-            # `stall` (late) only chooses between them.
+            # S2 reads its rows from its own registers, so no logic lies between a flip-flop and the
+            # accumulator's block RAMs: they are ready a cycle after S2 takes its micro-op (S3 takes
+            # `passes` cycles a micro-op, so this costs a cycle per instruction, no more). S2 waits
+            # until the port holds its rows (it kept its micro-op last cycle) and no stage ahead, S3,
+            # S4, S5 or the write register, has one of them yet to write. `stall` reaches the loops,
+            # the micro-op SRAM and every S0-S2 register (on the 85F at 100 MHz, 12 ns from the
+            # hazards to the loops' enables), so it is a register, computed a cycle ahead: whether S2
+            # will hold an ALU micro-op, and, unless it waits for its rows, whether S3 will keep its
+            # micro-op or a stage will write one of S2's rows (both cases compared, S2 keeping its
+            # micro-op or taking S1's, and `stall` choosing between them).
             def reads(rows, row):
                 return (rows[0] == row) | (~use_imm & (rows[1] == row))
             held_rows, taken_rows = (s2_dst[:acc_bits], s2_src[:acc_bits]), (dst[:acc_bits], src[:acc_bits])
 
-            hazards_next = []
-
-            def hazard_ahead(name, if_held, if_taken):      # each: (whether the stage will be busy, its row)
-                hazard = Signal(name=f"{name}_hazard")
-                hazards_next.append(Mux(stall, if_held[0] & reads(held_rows, if_held[1]),
-                                        if_taken[0] & reads(taken_rows, if_taken[1])))
-                m.d.sync += hazard.eq(hazards_next[-1])
-                return hazard
+            def hazard_next(if_held, if_taken):     # each: (whether the stage will be busy, its row)
+                return Mux(stall, if_held[0] & reads(held_rows, if_held[1]), if_taken[0] & reads(taken_rows, if_taken[1]))
             x_busy = x_valid & ~x_final         # S3 keeps its micro-op next cycle
             s2_moves = s2_ok & ~is_gemm         # (S2's micro-op moves on to S3 when S2 takes S1's)
-            hazard_ahead("x", (x_busy, x_dst), (s2_moves | x_busy, Mux(s2_moves, s2_dst[:acc_bits], x_dst)))
-            hazard_ahead("w", *[(x_valid & x_done, x_dst)] * 2)
-            hazard_ahead("s5", *[(w_valid, w_dst)] * 2)
-            hazard_ahead("wr", *[(write.any(), core_dst)] * 2)
-            # S2 reads its rows from its own registers, so no logic lies between a flip-flop and the
-            # accumulator's block RAMs: they are ready a cycle after S2 takes its micro-op (S3 takes
-            # `passes` cycles a micro-op, so this costs a cycle per instruction, no more). S2 waits
-            # until the port holds its rows and no stage ahead has one of them to write:
-            #   stall = s2_valid & ~is_gemm & (~s2_read | x_busy | any hazard),
-            # with s2_read = stall a cycle ago. `stall` is itself a register, that expression computed a
-            # cycle ahead from the next values of its terms (the hazards' are theirs): it reaches every
-            # S0-S2 register's and the loops' enables (on the 85F at 100 MHz, 12 ns from the hazards).
-            s2_valid_next = Mux(stall, s2_valid, s1_valid)
-            if c.serial_mul:        # (S3's next cycle: the first of S2's micro-op, or the next step or slice)
-                x_final_next = Mux(s2_ok & ~is_gemm & ~stall, C(0),
-                                   Mux(x_valid & ~x_done, x_last & (~alu_is[AluOp.MUL] | (x_step == c.acc_width - 2)),
-                                       (x_slice == passes - 2) & ~alu_is[AluOp.MUL]))
-            else:
-                x_final_next = Mux(s2_ok & ~is_gemm & ~stall, C(0), x_slice == passes - 2)
-            x_valid_next = (s2_ok & ~is_gemm & ~stall) | (x_valid & ~x_final)
-            x_busy_next = x_valid_next & ~x_final_next
-            m.d.sync += stall.eq(s2_valid_next & ~is_gemm & (~stall | x_busy_next | Cat(*hazards_next).any()))
+            hazards = Cat(hazard_next((x_busy, x_dst), (s2_moves | x_busy, Mux(s2_moves, s2_dst[:acc_bits], x_dst))),
+                          hazard_next(*[(x_valid & x_done, x_dst)] * 2),
+                          hazard_next(*[(w_valid, w_dst)] * 2),
+                          hazard_next(*[(write.any(), core_dst)] * 2))
+            last_next, done_next = final(x_slice_next, x_step_next)
+            x_busy_next = x_valid_next & ~(last_next & done_next)
+            m.d.sync += stall.eq(s2_valid_next & ~is_gemm & (~stall | x_busy_next | hazards.any()))
 
         with m.If(is_gemm):
             m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
@@ -644,7 +635,7 @@ class _AluLane:
             m.d.sync += [low_product.eq(a_bits[:half] * b_bits[:half]), cross[0].eq(a_bits[:half] * b_bits[half:]),
                          cross[1].eq(a_bits[half:] * b_bits[:half])]
             product = (low_product + ((cross[0] + cross[1]) << half))[:width]
-        #: What MUL, SHR and the other operations make; ``result`` is the one ``op`` asks for.
+        #: What MUL, SHR and the other operations make; ``result`` is the one ``op_is`` flags.
         self.candidates = (product, shifted, other)
         self.result = self.select(op_is, *self.candidates)
 

@@ -41,8 +41,8 @@ class _InstructionBuffer(wiring.Component):
     ``arrived`` pulses as an instruction is complete.
     """
 
-    def __init__(self, *, bus_bytes, depth, decode, decoded_width):
-        self.bus_bytes, self.depth = bus_bytes, depth
+    def __init__(self, *, bus_bytes, depth, decode, decoded_width, registered_head):
+        self.bus_bytes, self.depth, self.registered_head = bus_bytes, depth, registered_head
         self.decode, self.decoded_width = decode, decoded_width
         super().__init__({
             "beats": In(stream.Signature(BeatLayout(bus_bytes * 8))),
@@ -54,7 +54,8 @@ class _InstructionBuffer(wiring.Component):
         m = Module()
         lanes = max(1, isa.INSN_BYTES // self.bus_bytes)
         m.submodules.fifo = fifo = HeadRegisteredFIFO(width=isa.INSN_BITS, depth=self.depth, lanes=lanes,
-                                                      decode=self.decode, decoded_width=self.decoded_width)
+                                                      decode=self.decode, decoded_width=self.decoded_width,
+                                                      registered_head=self.registered_head)
         if self.bus_bytes > isa.INSN_BYTES:
             m.submodules.packer = packer = ElementPacker(elem_bytes=isa.INSN_BYTES, bus_bytes=self.bus_bytes)
             wiring.connect(m, wiring.flipped(self.beats), packer.beats)
@@ -154,9 +155,13 @@ class Fetch(wiring.Component):
         chunk_size = LEAN_CHUNK if c.lean else CHUNK
         # The buffer decodes an instruction as it becomes the head (on the ECP5 ahead of it, into a
         # register: `_decode`), so that dispatching it, which pops the buffer, starts from flip-flops.
+        # (the buffer's head is a register but on the Gowin: see HeadRegisteredFIFO; the dispatch below
+        # relies on which)
+        registered_head = not is_gowin(platform)
         m.submodules.buffer = buffer = _InstructionBuffer(bus_bytes=c.dram_bus_width // 8, depth=2 * chunk_size,
                                                           decode=lambda word: _decode(word, c),
-                                                          decoded_width=DecodedLayout().size)
+                                                          decoded_width=DecodedLayout().size,
+                                                          registered_head=registered_head)
         wiring.connect(m, wiring.flipped(reader.beats), buffer.beats)
 
         # A program that passes the start check lies below 2**addr_width, so it holds at most
@@ -199,13 +204,14 @@ class Fetch(wiring.Component):
         # A read's error response stops dispatch from a register where the buffer's head is one: a beat
         # written in cycle t heads the buffer in t + 2 at the earliest, when the reader's error (a register
         # set in t + 1) has passed this one. Everything `go` depends on then comes from flip-flops (on the
-        # 85F at 100 MHz the error reached the head's 128 enables through the dispatch: 12 ns). The Gowin's
-        # head, read asynchronously, can be the failed word in t + 1.
+        # 85F at 100 MHz the error reached the head's 128 enables through the dispatch: 12 ns). An
+        # instruction fetched before the failed beat may still leave in t + 1, so the fault can name the
+        # index after it. The Gowin's head, read asynchronously, can be the failed word in t + 1.
         read_failed = Signal()
-        if is_gowin(platform):
-            m.d.comb += read_failed.eq(reader.error)
-        else:
+        if registered_head:
             m.d.sync += read_failed.eq(reader.error)
+        else:
+            m.d.comb += read_failed.eq(reader.error)
         error = Signal(isa.ERROR_BITS)
         m.d.comb += error.eq(Mux(bad_address | read_failed, ErrorCode.BUS_ERROR, decoded.error))
 

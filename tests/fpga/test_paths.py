@@ -127,11 +127,23 @@ def test_routed_endpoints_take_their_start_from_the_netlist(tmp_path, capsys):
     report = routed_report({("b_TRELLIS_FF_Q", "M"): 12.0, ("gone", "DI"): 11.0, ("a", "DI"): 3.0})
     endpoints = routed_paths(report, net, hop_ns=HOP)
     assert [(e["name"], e["port"], e["ns"], e["path"]) for e in endpoints] == [
-        ("b_TRELLIS_FF_Q", "M", 12.0, ["a", "n"]), ("gone", "DI", 11.0, ["gone"]), ("a", "DI", 3.0, ["$20"])]
-    assert group_paths(endpoints, 10.0) == [(12.0, 1, "a", "b.M"), (11.0, 1, "gone", "gone.DI")]
+        ("b_TRELLIS_FF_Q", "DI", 12.0, ["a", "n"]), ("gone", "DI", 11.0, ["gone"]), ("a", "DI", 3.0, ["$20"])]
+    assert group_paths(endpoints, 10.0) == [(12.0, 1, "a", "b.DI"), (11.0, 1, "gone", "gone.DI")]
     (tmp_path / "top.json").write_text(json.dumps(net))
     (tmp_path / "pnr_report.json").write_text(json.dumps(report))
     assert main(["fpga", "paths", str(tmp_path), "--freq", "100", "--path"]) == 0
     out = capsys.readouterr().out
-    assert "starts estimated from the netlist" in out and "a -> b.M" in out and "latest path: a -> n" in out
+    assert "starts estimated from the netlist" in out and "a -> b.DI" in out and "latest path: a -> n" in out
     assert "the latest 12.0 ns, 3 ns late in all" in out        # (12.0 - 10 and 11.0 - 10)
+    # Another family's routed build (no TRELLIS_FF to estimate from): its endpoints by register alone.
+    (tmp_path / "top.json").write_text(json.dumps(netlist({"g": ("DFF", {"D": ("input", [1]), "Q": ("output", [2])})},
+                                                          {"g": 2})))
+    assert main(["fpga", "paths", str(tmp_path), "--freq", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "starts estimated" not in out and "b_TRELLIS_FF_Q" not in out and " b.M" in out
+
+
+def test_register_names_lose_what_synthesis_appended():
+    assert [paths._cell_register(c) for c in ("u.acc_row[7]_TRELLIS_FF_Q_13", "u.mem.0.3_DOA8[3]", "u.mem.0.3",
+                                              "u.count_TRELLIS_FF_Q_2", "u.x$12[4]")] == [
+        "u.acc_row", "u.mem.0.3", "u.mem.0.3", "u.count", "u.x"]
