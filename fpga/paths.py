@@ -59,6 +59,12 @@ def _names(module):
     return names
 
 
+def _ff_label(cell_name, cell, names):
+    """A flip-flop's name in the estimate: its output's net name (else its cell name)."""
+    q = _bits(cell, "Q")
+    return names.get(q[0], cell_name) if q else cell_name
+
+
 def _graph(module, hop_ns):
     """(names, drivers: bit -> (inputs, delay), starts: bit -> time, endpoints: [(bit, name, port, setup)]).
     A cell's delay includes the net its output drives, except where that net is dedicated wiring (a
@@ -73,7 +79,7 @@ def _graph(module, hop_ns):
     for cell_name, cell in module["cells"].items():
         kind, ports = cell["type"], cell["port_directions"]
         if kind == "TRELLIS_FF":
-            label = names.get(_bits(cell, "Q")[0], cell_name)
+            label = _ff_label(cell_name, cell, names)
             starts.update((b, FF_CLK_TO_Q_NS) for b in _bits(cell, "Q"))
             endpoints += [(b, label, p, s) for p, s in SETUP_NS.items() for b in _bits(cell, p)]
         elif kind == "LUT4":
@@ -190,9 +196,7 @@ def routed_paths(report, netlist, *, hop_ns=1.3):
     out = []
     for e in routed_endpoints(report):
         cell = module["cells"].get(e["name"])
-        label = e["name"]
-        if cell is not None and cell["type"] == "TRELLIS_FF" and _bits(cell, "Q"):
-            label = names.get(_bits(cell, "Q")[0], label)       # (the estimate names a flip-flop by its output)
+        label = _ff_label(e["name"], cell, names) if cell is not None and cell["type"] == "TRELLIS_FF" else e["name"]
         port = "DI" if e["port"] == "M" else e["port"]
         out.append({**e, "port": port, "path": estimated.get((label, port), [label])})
     return out

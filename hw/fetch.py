@@ -20,8 +20,7 @@ from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode, Opcode, Stream
 
 from .dma import BeatLayout, ElementPacker, ReadClient
-from .dsp import is_gowin
-from .fifo import HeadRegisteredFIFO
+from .fifo import HeadRegisteredFIFO, head_registered_on
 from .sequencer import CommandLayout
 
 __all__ = ["Fetch"]
@@ -155,9 +154,7 @@ class Fetch(wiring.Component):
         chunk_size = LEAN_CHUNK if c.lean else CHUNK
         # The buffer decodes an instruction as it becomes the head (on the ECP5 ahead of it, into a
         # register: `_decode`), so that dispatching it, which pops the buffer, starts from flip-flops.
-        # (the buffer's head is a register but on the Gowin: see HeadRegisteredFIFO; the dispatch below
-        # relies on which)
-        registered_head = not is_gowin(platform)
+        registered_head = head_registered_on(platform)      # (the dispatch below relies on which)
         m.submodules.buffer = buffer = _InstructionBuffer(bus_bytes=c.dram_bus_width // 8, depth=2 * chunk_size,
                                                           decode=lambda word: _decode(word, c),
                                                           decoded_width=DecodedLayout().size,

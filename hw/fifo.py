@@ -33,10 +33,16 @@ from amaranth.lib.wiring import In, Out
 from .dsp import is_ecp5, is_gowin
 from .sram import never_reads_while_written
 
-__all__ = ["HeadRegisteredFIFO", "LUTRAM_DEPTH"]
+__all__ = ["HeadRegisteredFIFO", "LUTRAM_DEPTH", "head_registered_on"]
 
 #: The deepest queue kept in LUT RAM.
 LUTRAM_DEPTH = 64
+
+
+def head_registered_on(platform):
+    """Whether a :class:`HeadRegisteredFIFO` built for ``platform`` registers its head by default (all but
+    the Gowin: see above)."""
+    return not is_gowin(platform)
 
 
 def _advanced(pointer, depth):
@@ -121,7 +127,7 @@ class HeadRegisteredFIFO(wiring.Component):
                 m.d.sync += self.r_rdy.eq(0)
             return m
 
-        registered = self.registered_head if self.registered_head is not None else not is_gowin(platform)
+        registered = self.registered_head if self.registered_head is not None else head_registered_on(platform)
         if not registered:
             return self._fall_through(m)
 

@@ -8,6 +8,7 @@ overflow nor underflow (proven in ``tests/hw/test_token_queue.py``).
 """
 
 from amaranth import Module, Signal
+from amaranth.hdl import Assert
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -41,6 +42,12 @@ class TokenQueue(wiring.Component):
             "push_ready": Out(1), "pop_ready": Out(1),
             "count": Out(range(depth + 1)),
         })
+
+    def invariants(self):
+        """What holds of the queue in every reachable state, for a formal harness to assert (induction
+        starts from them): the count within its capacity, and the readies, flip-flops, equal to its compares."""
+        return [Assert(self.count <= self.depth, "no overflow"), Assert(self.push_ready == (self.count < self.depth)),
+                Assert(self.pop_ready == (self.count > 0))]
 
     def elaborate(self, platform):
         m = Module()

@@ -196,10 +196,7 @@ class TokensPushedFirst(wiring.Component):
             m.d.sync += held.eq(held + pushed - port.pop)
             m.d.comb += [Assert(~port.pop | (held > 0), f"{side}: no token popped before it is pushed"),
                          Assert(held >= 0), Assert(held == queue.count),
-                         # (the queue's readies are flip-flops beside its count, equal to its compares: proven
-                         # in tests/hw/test_token_queue.py, stated here so that induction starts from them)
-                         Assert(queue.count <= self.depth), Assert(queue.pop_ready == (queue.count > 0)),
-                         Assert(queue.push_ready == (queue.count < self.depth))]
+                         *queue.invariants()]       # (proven in tests/hw/test_token_queue.py)
         return m
 
 

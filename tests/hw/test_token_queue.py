@@ -68,10 +68,8 @@ class TokenQueueSpec(wiring.Component):
         m.d.sync += pushes_minus_pops.eq(pushes_minus_pops + accepted_push - accepted_pop)
         m.d.comb += [
             Assert(dut.count == pushes_minus_pops, "count equals accepted pushes minus pops"),
-            Assert(dut.count <= self.depth, "no overflow"),
             Assert(pushes_minus_pops >= 0, "no underflow"),
-            Assert(dut.push_ready == (dut.count < self.depth)),
-            Assert(dut.pop_ready == (dut.count > 0)),
+            *dut.invariants(),
         ]
         return m
 
