@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import ErrorCode, MemType, Opcode
 
-from .core import ComputeCore
+from .core import ComputeCore, alu_reads_one_port
 from .padded_load import LoadRequest
 from .sequencer import CommandLayout, Sequencer, TokenPort
 from .sram import acc_granularity, alu_granularity, load_granularity, never_reads_while_written, sram_shape
@@ -98,7 +98,8 @@ class ComputeUnit(wiring.Component):
         never_reads_while_written(uop_mem)          # (LOAD UOP and the core take turns)
         acc_w = acc_mem.write_port(granularity=acc_granularity(c))
         acc_ra = acc_mem.read_port(transparent_for=(acc_w,))
-        acc_rb = acc_mem.read_port(transparent_for=(acc_w,))
+        # (the ALU's second port, unless it reads both rows through the first)
+        acc_rb = None if alu_reads_one_port(c) else acc_mem.read_port(transparent_for=(acc_w,))
         # Requantizing STOREs read through a third port (tokens keep them off rows compute is writing),
         # or with `lean` through the ALU's second port between ALU instructions (without
         # `requant_store` the store stream never reads the accumulators).
@@ -120,7 +121,7 @@ class ComputeUnit(wiring.Component):
                          acc_rb.en.eq(Mux(alu, core.acc_read_b.en, store_read.en)),
                          core.acc_read_b.data.eq(acc_rb.data), store_read.data.eq(acc_rb.data),
                          self.acc_for_store_free.eq(~alu)]
-        else:
+        elif acc_rb is not None:
             wiring.connect(m, core.acc_read_b, acc_rb)
         wiring.connect(m, core.inp_read, wiring.flipped(self.inp_read))
         wiring.connect(m, core.wgt_read, wiring.flipped(self.wgt_read))

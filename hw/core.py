@@ -2,7 +2,8 @@
 
 Both walk the same loop nest (``iter_out`` × ``iter_in`` × micro-ops) with a
 :class:`LoopGenerator`, read micro-ops from the uop SRAM and address the
-accumulator through the same two read ports and one write port.
+accumulator through the same read ports (two, or one: :func:`alu_reads_one_port`) and one write
+port.
 
 GEMM pipeline (one micro-op enters per cycle, no stalls)::
 
@@ -22,7 +23,8 @@ ahead of it writes its operand)::
 
 (An ALU of several passes reads acc[dst] and acc[src] in S2, from S2's own
 registers, a cycle after S2 takes its micro-op, and registers S4's result
-again, S5, before the write register.)
+again, S5, before the write register. With three passes or more it reads
+them through one port, acc[dst] first: see :func:`alu_reads_one_port`.)
 
 Every SRAM read is registered before logic uses it: a block RAM's
 clock-to-out is more than half a 100 MHz cycle on the ECP5. The
@@ -48,11 +50,23 @@ from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe, replicas
 from .sram import acc_granularity, alu_granularity, load_granularity, sram_shape, widened
 
-__all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply", "OPERAND_COPIES_FROM"]
+__all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply", "OPERAND_COPIES_FROM",
+           "alu_reads_one_port"]
 
 #: A GEMM of this many products or more copies its operand registers for each product (a stage more):
 #: its DSP blocks are spread along the DSP rows of a large FPGA.
 OPERAND_COPIES_FROM = 64
+
+def alu_reads_one_port(cfg):
+    """Whether the ALU reads a micro-op's two rows through one accumulator port, one after the other.
+
+    So it does where a micro-op spends three cycles or more in S3 (``vector_passes``), which hides the
+    read of its second row, unless the ALU's second port is shared with the requantizing STORE (``lean``):
+    the accumulator has one read port fewer, and its block RAMs one copy fewer (16 DP16KD instead of 32
+    on `slim`).
+    """
+    return cfg.vector_passes >= 3 and not (cfg.requant_store and cfg.lean)
+
 
 class LoopGenerator(wiring.Component):
     """Emits ``(u, offsets)`` for ``o < iter_out, i < iter_in, u ∈ [uop_bgn, uop_end)``, one per cycle.
@@ -205,6 +219,7 @@ class ComputeCore(wiring.Component):
     retire_gemm, retire_alu : Out(1)
         A micro-op wrote back this cycle.
     uop_read, inp_read, wgt_read, acc_read_a, acc_read_b : In(ReadPort.Signature)
+        (no ``acc_read_b`` where :func:`alu_reads_one_port`)
     acc_write, out_write : In(WritePort.Signature)
         The write register: both SRAMs' address, data and enables come from flip-flops.
     acc_load : Out(WritePort.Signature)
@@ -236,7 +251,7 @@ class ComputeCore(wiring.Component):
             "inp_read": port(ReadPort, "inp"),
             "wgt_read": port(ReadPort, "wgt"),
             "acc_read_a": port(ReadPort, "acc"),
-            "acc_read_b": port(ReadPort, "acc"),
+            **({} if alu_reads_one_port(cfg) else {"acc_read_b": port(ReadPort, "acc")}),
             "acc_write": port(WritePort, "acc", granularity=acc_granularity(cfg)),
             "out_write": port(WritePort, "out", granularity=alu_granularity(cfg)),
             "acc_load": Out(WritePort.Signature(addr_width=cfg.index_bits("acc"), shape=self.acc_shape,
@@ -420,7 +435,9 @@ class ComputeCore(wiring.Component):
         # -- ALU: S2 operands · S3 op · S4 result · (S5) · write register ------
         # A micro-op's rows are read in S1 (with several passes: in S2, from S2's
         # registers) and captured as it leaves S2; a micro-op held in S2 reads
-        # its rows again every cycle, so what it captures is never stale. S3 runs
+        # its rows again until no stage ahead has one of them yet to write (with one
+        # port, after that it keeps its first row and reads the second again), so
+        # what it captures is never stale. S3 runs
         # `vector_width` lanes a cycle: a micro-op spends `vector_passes` cycles
         # there, and the micro-op in S2 waits while S3 has slices left (`stall`).
         # With one pass S4's row and the write register's are forwarded into S2's
@@ -484,8 +501,19 @@ class ComputeCore(wiring.Component):
         # ahead against them and registers it.
         next_dst, next_src = (Mux(stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
         load_imm = [b_op[lane].eq(imm) for lane in range(lanes)]       # (an immediate operand, as a row)
-        for op, name, port, next_s2_row in ((a_op, "a", self.acc_read_a, next_dst),
-                                            (b_op, "b", self.acc_read_b, next_src)):
+        one_port = alu_reads_one_port(c)
+        # S2's reads (several passes): 0 while it reads its rows anew (it took its micro-op, or a stage
+        # ahead has one of them yet to write), counting up to `reads_needed` once its rows are on hand.
+        # With one port the destination row is read first and kept in `a_row`.
+        reads_needed = 2 if one_port else 1
+        s2_reads = Signal(range(reads_needed + 1)) if passes > 1 else None
+        a_row = Signal(self.acc_shape, reset_less=True) if one_port else self.acc_read_a.data
+        if one_port:
+            with m.If(s2_reads == 1):
+                m.d.sync += a_row.eq(self.acc_read_a.data)
+        for op, name, row, next_s2_row in ((a_op, "a", a_row, next_dst),
+                                           (b_op, "b", self.acc_read_a.data if one_port else self.acc_read_b.data,
+                                            next_src)):
             if passes == 1:
                 # Whether S4 or the write register writes the row of the micro-op in S2 (the read S2
                 # captures sees neither), compared a cycle ahead (against the rows they and S2 will hold)
@@ -501,10 +529,10 @@ class ComputeCore(wiring.Component):
                 with m.Elif(forward_wr):
                     m.d.sync += op.eq(wr_data)
                 with m.Else():
-                    m.d.sync += op.eq(port.data)
+                    m.d.sync += op.eq(row)
             else:       # (a shift, not a select by `x_slice`: no wide multiplexer before the lanes)
                 with m.If(~x_valid | x_final):
-                    m.d.sync += op.eq(port.data)
+                    m.d.sync += op.eq(row)
                     if op is b_op:
                         with m.If(use_imm):
                             m.d.sync += load_imm
@@ -514,10 +542,11 @@ class ComputeCore(wiring.Component):
             m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_final | s2_hazard))
         else:
             # S2 reads its rows from its own registers, so no logic lies between a flip-flop and the
-            # accumulator's block RAMs: they are ready a cycle after S2 takes its micro-op (S3 takes
-            # `passes` cycles a micro-op, so this costs a cycle per instruction, no more). S2 waits
-            # until the port holds its rows (it kept its micro-op last cycle) and no stage ahead, S3,
-            # S4, S5 or the write register, has one of them yet to write. `stall` reaches the loops,
+            # accumulator's block RAMs: they are ready a cycle after S2 takes its micro-op, or two
+            # with one port (S3 takes `passes` cycles a micro-op, so this costs a cycle or two per
+            # instruction, no more). S2 waits until its rows are on hand (`s2_reads`) and no stage
+            # ahead, S3, S4, S5 or the write register, has one of them yet to write (no stage can
+            # gain one while S2 waits: only S2 feeds them). `stall` reaches the loops,
             # the micro-op SRAM and every S0-S2 register (on the 85F at 100 MHz, 12 ns from the
             # hazards to the loops' enables), so it is a register, computed a cycle ahead: whether S2
             # will hold an ALU micro-op, and, unless it waits for its rows, whether S3 will keep its
@@ -537,16 +566,35 @@ class ComputeCore(wiring.Component):
                           hazard_next(*[(write.any(), core_dst)] * 2))
             last_next, done_next = final(x_slice_next, x_step_next)
             x_busy_next = x_valid_next & ~(last_next & done_next)
-            m.d.sync += stall.eq(s2_valid_next & ~is_gemm & (~stall | x_busy_next | hazards.any()))
+            reads_anew = ~stall | hazards.any()
+            reads_next = Mux(reads_anew, 0, Mux(s2_reads == reads_needed, reads_needed, s2_reads + 1))
+            m.d.sync += [s2_reads.eq(reads_next),
+                         stall.eq(s2_valid_next & ~is_gemm & ((reads_next != reads_needed) | x_busy_next))]
 
-        with m.If(is_gemm):
-            m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
-        with m.Elif(stall if passes == 1 else C(1)):       # (with several passes S2 reads its own rows)
-            m.d.comb += [self.acc_read_a.addr.eq(s2_dst), self.acc_read_a.en.eq(1),
-                         self.acc_read_b.addr.eq(s2_src), self.acc_read_b.en.eq(1)]
-        with m.Else():
-            m.d.comb += [self.acc_read_a.addr.eq(dst), self.acc_read_a.en.eq(1),
-                         self.acc_read_b.addr.eq(src), self.acc_read_b.en.eq(1)]
+        if passes == 1:
+            with m.If(is_gemm):
+                m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
+            with m.Elif(stall):
+                m.d.comb += [self.acc_read_a.addr.eq(s2_dst), self.acc_read_a.en.eq(1),
+                             self.acc_read_b.addr.eq(s2_src), self.acc_read_b.en.eq(1)]
+            with m.Else():
+                m.d.comb += [self.acc_read_a.addr.eq(dst), self.acc_read_a.en.eq(1),
+                             self.acc_read_b.addr.eq(src), self.acc_read_b.en.eq(1)]
+        else:
+            # S2 reads its own rows, and the first port's address is a register of its own: the GEMM's row
+            # or S2's (with one port its destination row as it reads anew, then its source row), chosen
+            # a cycle ahead from the registers' next values. It reaches the 16-32 block RAMs and the
+            # logic Yosys builds beside them for reads of a row being written (on the 85F at 100 MHz
+            # `is_gemm`'s multiplexer in front of them led the latest paths). `is_gemm` itself is a
+            # cycle old there: it changes only as an instruction starts, with nothing of the other kind
+            # in flight, and nothing reads the row read in the cycle after.
+            stage = len(ctrl) - 3                       # (read_dst is ctrl[stage]'s row)
+            read_dst_next = ctrl[stage - 1][1] if stage > 0 else next_dst
+            s2_row_next = Mux(reads_anew, next_dst, next_src) if one_port else next_dst
+            read_a = pipe(m, Mux(is_gemm, read_dst_next, s2_row_next), "acc_read_a_addr", data=True)
+            m.d.comb += [self.acc_read_a.addr.eq(read_a), self.acc_read_a.en.eq(1)]
+            if not one_port:
+                m.d.comb += [self.acc_read_b.addr.eq(s2_src), self.acc_read_b.en.eq(~is_gemm)]
 
         # -- the write register: ACC and OUT are written a cycle after a result is ready --------
         # A LOAD's data joins the ALU's results in one multiplexer (they never write together), and the

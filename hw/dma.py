@@ -316,8 +316,9 @@ class _LeanBurstSplitter(_Splitter):
     burst crosses 4 KiB or exceeds 256 beats, but a long row takes more, shorter bursts. A burst's
     length comes from a subtraction and a compare in the cycle it leaves; a command spends one cycle
     in set-up. Except on the small FPGAs (:func:`compact_row_arithmetic`), every address the next
-    burst needs is one addition of registers: the row after next and its last byte are computed as a
-    row starts. The two forms take the same cycles.
+    burst needs is one addition of registers: the next row and its last byte are kept in registers,
+    each stepped by the stride as a row starts, so a row's end only chooses among registers. The two
+    forms take the same cycles.
     """
 
     def elaborate(self, platform):
@@ -340,6 +341,7 @@ class _LeanBurstSplitter(_Splitter):
         else:
             row_last = Signal(bits, reset_less=True)        # the row's last byte
             next_row = Signal(bits, reset_less=True)        # row_addr + stride, ready before the row ends
+            next_last = Signal(bits, reset_less=True)       # next_row + row_span: its last byte
             row_span = Signal(bits, reset_less=True)        # row_bytes - 1
 
         beat = start[shift:]                               # the burst's first beat
@@ -368,17 +370,18 @@ class _LeanBurstSplitter(_Splitter):
         with m.If(setup):          # an empty transfer ends here
             m.d.sync += [setup.eq(0), active.eq((rows_left != 0) & (row_bytes != 0))]
             if not compact:
-                m.d.sync += [row_last.eq(row_addr + row_span), next_row.eq(row_addr + stride)]
+                m.d.sync += [row_last.eq(row_addr + row_span), next_row.eq(row_addr + stride),
+                             next_last.eq(row_addr + stride + row_span)]
         with m.If(self.request.valid & self.request.ready):
             with m.If(~last_in_row):
-                m.d.sync += start.eq((last_beat + 1) << shift)
+                m.d.sync += start.eq((block_end + 1) << shift)      # (the burst ended at its block's end)
             with m.Elif(rows_left != 1):
                 if compact:
                     following = row_addr + stride
                     m.d.sync += [row_addr.eq(following), start.eq(following), row_end.eq(following + row_bytes)]
                 else:
                     m.d.sync += [row_addr.eq(next_row), start.eq(next_row), next_row.eq(next_row + stride),
-                                 row_last.eq(next_row + row_span)]
+                                 row_last.eq(next_last), next_last.eq(next_last + stride)]
                 m.d.sync += rows_left.eq(rows_left - 1)
             with m.Else():
                 m.d.sync += [rows_left.eq(0), active.eq(0)]
@@ -397,7 +400,8 @@ class _LeanBurstSplitter(_Splitter):
                 if not compact:
                     m.d.comb += [Assert(row_span == (row_bytes - 1)[:bits]),
                                  Assert(row_last == (row_addr + row_span)[:bits]),
-                                 Assert(next_row == (row_addr + stride)[:bits])]
+                                 Assert(next_row == (row_addr + stride)[:bits]),
+                                 Assert(next_last == (next_row + row_span)[:bits])]
         return m
 
 
@@ -470,10 +474,16 @@ class RowReader(wiring.Component):
 class ReaderShare(wiring.Component):
     """One :class:`RowReader` for several units: their transfers take turns, whole.
 
-    An idle reader takes the next client's command straight through (the
-    first waiting client after the one served last); that client then owns
-    the reader, its beats, ``busy`` and ``error``, until the reader is idle
-    again. A client's ``error`` stays until its next command, as the
+    The next client's command (the first waiting client after the one
+    taken last) is taken into a register while the slot is free, even while
+    the reader serves another, and the reader takes it from there once idle:
+    the clients' request logic and the choice among them end in flip-flops,
+    not in the reader's (on the 85F at 100 MHz the fetch unit's and the
+    loader's requests reached the burst splitter's registers through the
+    choice). A command that finds the share idle waits a cycle; one that
+    waits behind another client's transfer loses nothing. Its client then
+    owns the reader, its beats, ``busy`` and ``error``, until the reader is
+    idle again. A client's ``error`` stays until its next command, as the
     reader's does. Every client must take its beats without waiting on
     another client (fetch asks only for what its buffer has room for, a LOAD
     writes its SRAM), so a transfer always finishes and no client starves.
@@ -496,19 +506,23 @@ class ReaderShare(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         clients, reader = self.clients(), self.reader
+        held = Signal()                         # a command waits in `command`, for `held_for`
+        command = Signal.like(reader.cmd.payload, reset_less=True)
+        held_for = Signal(range(self.count))    # (also the client taken last: the round's start)
         owner = Signal(range(self.count))       # the client the reader serves (or served last)
         running = Signal()                      # a transfer of the owner's is in the reader
         choice = Signal.like(owner)
-        m.d.comb += choice.eq(next_in_turn(Cat(c.cmd.valid for c in clients), owner))
-        taken = reader.cmd.valid & reader.cmd.ready
-        with m.If(~running):
+        m.d.comb += choice.eq(next_in_turn(Cat(c.cmd.valid for c in clients), held_for))
+        with m.If(~held):
             with m.Switch(choice):
                 for k, client in enumerate(clients):
                     with m.Case(k):
-                        m.d.comb += [reader.cmd.valid.eq(client.cmd.valid), reader.cmd.payload.eq(client.cmd.payload),
-                                     client.cmd.ready.eq(reader.cmd.ready)]
-        with m.If(taken):
-            m.d.sync += [owner.eq(choice), running.eq(1)]
+                        m.d.comb += client.cmd.ready.eq(1)
+                        with m.If(client.cmd.valid):
+                            m.d.sync += [held.eq(1), held_for.eq(k), command.eq(client.cmd.payload)]
+        m.d.comb += [reader.cmd.valid.eq(held & ~running), reader.cmd.payload.eq(command)]
+        with m.If(reader.cmd.valid & reader.cmd.ready):
+            m.d.sync += [held.eq(0), owner.eq(held_for), running.eq(1)]
         with m.Elif(running & ~reader.busy):     # (a reader is busy from the cycle after it takes a command)
             m.d.sync += running.eq(0)
         for k, client in enumerate(clients):
@@ -520,7 +534,8 @@ class ReaderShare(wiring.Component):
                 m.d.sync += failed.eq(0)
             m.d.comb += [client.beats.payload.eq(reader.beats.payload),
                          client.beats.valid.eq(mine & reader.beats.valid),
-                         client.busy.eq(mine & reader.busy), client.error.eq(failed | (mine & reader.error))]
+                         client.busy.eq((mine & reader.busy) | (held & (held_for == k))),
+                         client.error.eq(failed | (mine & reader.error))]
             with m.If(mine):
                 m.d.comb += reader.beats.ready.eq(client.beats.ready)
         return m

@@ -6,9 +6,10 @@ command queues' instruction fields reached the store's multipliers that
 way). A queue of up to :data:`LUTRAM_DEPTH` entries is built like
 Amaranth's ``SyncFIFOBuffered`` on a memory marked for LUT RAM where the
 device has it (ECP5; Gowin chooses its shadow SRAM by itself), whose read
-register is then a fabric register; a deeper one is a block-RAM
-``SyncFIFOBuffered`` followed by a head register (one cycle more from
-write to head). The attribute changes the mapping only: simulation and
+register is then a fabric register; a deeper one keeps all but two entries
+in a block RAM read from flip-flops alone, the next entry in a register
+ahead of the head, and the head (``_block_ram``; one cycle more from write
+to head). The attribute changes the mapping only: simulation and
 every device behave alike.
 
 On the Gowin (``registered_head=False``, chosen by the platform) the head
@@ -26,7 +27,7 @@ unit's dispatch pops it) starts from flip-flops, not from decode logic.
 """
 
 from amaranth import Module, Mux, Signal
-from amaranth.lib import fifo, wiring
+from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -114,18 +115,7 @@ class HeadRegisteredFIFO(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         if self.depth > LUTRAM_DEPTH:
-            m.submodules.inner = inner = fifo.SyncFIFOBuffered(width=self.width, depth=self.depth - 1)
-            head = Signal(self.width, reset_less=True)      # read only while r_rdy
-            load = inner.r_rdy & (~self.r_rdy | self.r_en)
-            m.d.comb += [inner.w_data.eq(self.w_data), inner.w_en.eq(self.w_en), self.w_rdy.eq(inner.w_rdy),
-                         self.written.eq(self.w_en & inner.w_rdy), inner.r_en.eq(load), self.r_data.eq(head),
-                         self.level.eq(inner.level + self.r_rdy)]
-            self._decoded(m, inner.r_data, load=load)
-            with m.If(load):
-                m.d.sync += [head.eq(inner.r_data), self.r_rdy.eq(1)]
-            with m.Elif(self.r_en):
-                m.d.sync += self.r_rdy.eq(0)
-            return m
+            return self._block_ram(m)
 
         registered = self.registered_head if self.registered_head is not None else head_registered_on(platform)
         if not registered:
@@ -163,6 +153,50 @@ class HeadRegisteredFIFO(wiring.Component):
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
         m.d.sync += stored.eq(stored + write - read_inner)
+        return m
+
+    def _block_ram(self, m):
+        """``depth - 2`` entries in a block RAM, one ``ahead`` of the head in a register, and the head.
+
+        The block RAM's read is issued from flip-flops alone (entries stored, none in ``ahead`` or on
+        its way): a pop (``r_en``, which comes from a stream's sequencer) moves ``ahead``, or the entry
+        arriving, into the head, and reaches no further. (On the 85F at 100 MHz the pop reached the
+        block RAMs' enables, spread along a row, through the queue's own read logic.) One read is in
+        flight at a time, an entry every two cycles, while a stream takes an instruction every three
+        at most; from write to head it takes three cycles, as before. A full queue takes a write two
+        cycles after a pop (a block RAM entry is freed as it is read, into ``ahead``), one later than
+        before.
+        """
+        inner_depth = self.depth - 2
+        m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[])
+        r_port = storage.read_port()
+        produce, consume = Signal(range(inner_depth)), Signal(range(inner_depth))
+        stored = Signal(range(inner_depth + 1))
+        write = self._writer(m, storage, produce)
+        never_reads_while_written(storage)      # (it reads a stored entry; writes fill a free one)
+        ahead = Signal(self.width, reset_less=True)
+        ahead_valid = Signal()
+        arriving = Signal()                     # the entry read last cycle is on `r_port.data`
+        head = Signal(self.width, reset_less=True)
+        # (`ahead` is empty when an entry arrives: a read is issued only then, and only `arriving` fills it)
+        issue = (stored != 0) & ~ahead_valid & ~arriving
+        head_free = ~self.r_rdy | self.r_en
+        entering = Mux(ahead_valid, ahead, r_port.data)        # what the head takes next
+        load = head_free & (ahead_valid | arriving)
+        m.d.comb += [r_port.addr.eq(consume), r_port.en.eq(issue), self.w_rdy.eq(stored != inner_depth),
+                     self.r_data.eq(head), self.level.eq(stored + arriving + ahead_valid + self.r_rdy)]
+        self._decoded(m, entering, load=load)
+        m.d.sync += [arriving.eq(issue), stored.eq(stored + write - issue)]
+        with m.If(write):
+            m.d.sync += produce.eq(_advanced(produce, inner_depth))
+        with m.If(issue):
+            m.d.sync += consume.eq(_advanced(consume, inner_depth))
+        with m.If(load):
+            m.d.sync += [head.eq(entering), self.r_rdy.eq(1), ahead_valid.eq(0)]
+        with m.Elif(head_free):
+            m.d.sync += self.r_rdy.eq(0)
+        with m.If(arriving & ~head_free):
+            m.d.sync += [ahead.eq(r_port.data), ahead_valid.eq(1)]
         return m
 
     def _fall_through(self, m):

@@ -25,6 +25,7 @@ from .arbiter import ReadArbiter
 from .axi import AxiLiteSignature, AxiSignature, forward
 from .compute import ComputeUnit
 from .dma import ReaderShare, RowReader, attach_reader
+from .dsp import is_small_fpga
 from .fetch import Fetch
 from .fifo import HeadRegisteredFIFO
 from .load import LoadUnit
@@ -106,7 +107,8 @@ class Datapath(wiring.Component):
     insn_addr, insn_count : In(32)
     axi : Out(AxiSignature)
     error : Out(ERROR_BITS), error_index : Out(32), fault : Out(1)
-        The first error of the run (``fault`` pulses once).
+        The first error of the run: ``fault`` pulses once, as the streams halt, and ``error`` and
+        ``error_index`` hold it from two cycles later (the next cycle on the small FPGAs).
     finished : Out(1)
         FINISH retired.
     quiet : Out(1)
@@ -236,10 +238,21 @@ class Datapath(wiring.Component):
         ended = fetch.done & all_empty
         sources.append((stuck == DEADLOCK_CYCLES, Mux(ended, ErrorCode.PROTOCOL, ErrorCode.DEADLOCK),
                         Mux(ended, fetch.index, compute.index)))
-        for fault, error, index in reversed(sources):     # the first listed wins a tie
-            with m.If(fault & ~halt):
-                m.d.sync += [self.error.eq(error), self.error_index.eq(index), halt.eq(1)]
+        # A fault halts the streams at once, from one flip-flop. Except on the small FPGAs (fewer flip-flops
+        # there), which error and index it reports is taken a cycle later from a register per source (on the
+        # 85F at 100 MHz the units' fault logic reached the 36 error flip-flops' enables across the die). No
+        # source faults while halted, so the registers hold the faults of the halting cycle alone.
+        raised = [(fault & ~halt, error, index) for fault, error, index in sources]
+        for fault, _, _ in raised:
+            with m.If(fault):
+                m.d.sync += halt.eq(1)
                 m.d.comb += self.fault.eq(1)
+        if not is_small_fpga(platform):
+            raised = [(pipe(m, fault, f"fault_{k}"), pipe(m, error, f"error_{k}", data=True),
+                       pipe(m, index, f"index_{k}", data=True)) for k, (fault, error, index) in enumerate(raised)]
+        for fault, error, index in reversed(raised):      # the first listed wins a tie
+            with m.If(fault):
+                m.d.sync += [self.error.eq(error), self.error_index.eq(index)]
 
         # FINISH is legal when nothing else is left: tokens, other streams, instructions. (Once fetch is
         # done its index is the run's count, as latched at the start: the host may write the register meanwhile.)

@@ -2,7 +2,8 @@
 
 A small wrapper (:class:`CoreHarness`) gives the core real
 ``amaranth.lib.memory.Memory`` instances wired as ``hw/compute.py`` wires
-them: both accumulator read ports are transparent to the accumulator write
+them: the accumulator's read ports (one or two, see
+:func:`~tilewright.hw.core.alu_reads_one_port`) are transparent to its write
 port. Each test fills every memory with seeded random contents, runs GEMM or
 ALU instructions on the core, reads ACC and OUT back and compares them with
 :class:`~tilewright.sim.FunctionalSimulator` executing the same instruction
@@ -26,7 +27,7 @@ from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
 from tilewright import PRESETS, isa
-from tilewright.hw.core import ComputeCore, soft_multiply
+from tilewright.hw.core import ComputeCore, alu_reads_one_port, soft_multiply
 from tilewright.hw.sram import acc_granularity, alu_granularity, sram_shape
 from tilewright.isa import Alu, AluOp, ErrorCode, Finish, Gemm, Load, MemType
 from tilewright.sim import FunctionalSimulator
@@ -40,8 +41,11 @@ BATCH2 = TINY.replace(name="tiny_b2", batch=2, block_out=8)
 SOFT = TINY.replace(name="tiny_soft", soft_products=9)
 SOFT16 = TINY.replace(name="tiny_soft16", inp_width=16, wgt_width=16, out_width=16, soft_products=16)
 # ALUs narrower than the accumulator row: one lane (4 passes per micro-op), and 2 of batch 2's 8 lanes
+# (with three passes or more the ALU reads both rows through one port: alu_reads_one_port; two passes, VEC4,
+# keep the second port)
 VEC1 = TINY.replace(name="tiny_v1", vector_lanes=1)
 VEC2 = BATCH2.replace(name="tiny_b2_v2", vector_lanes=2)
+VEC4 = BATCH2.replace(name="tiny_b2_v4", vector_lanes=4)
 # MUL one partial product a cycle: with every lane, and with one lane (passes and steps nested)
 SERIAL = TINY.replace(name="tiny_serial_mul", serial_mul=True)
 SERIAL1 = VEC1.replace(name="tiny_v1_serial_mul", serial_mul=True)
@@ -135,7 +139,8 @@ class CoreHarness(Elaboratable):
         wiring.connect(m, core.inp_read, mems["inp"].read_port())
         wiring.connect(m, core.wgt_read, mems["wgt"].read_port())
         wiring.connect(m, core.acc_read_a, mems["acc"].read_port(transparent_for=(acc_w,)))
-        wiring.connect(m, core.acc_read_b, mems["acc"].read_port(transparent_for=(acc_w,)))
+        if not alu_reads_one_port(self.cfg):
+            wiring.connect(m, core.acc_read_b, mems["acc"].read_port(transparent_for=(acc_w,)))
         wiring.connect(m, core.acc_write, acc_w)
         wiring.connect(m, core.out_write, mems["out"].write_port(granularity=alu_granularity(self.cfg)))
         return m
@@ -363,10 +368,11 @@ def test_gemm_two_loop_levels(seed):
     check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2, SOFT, SOFT16], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, SOFT, SOFT16, VEC1, VEC2], ids=lambda c: c.name)
 def test_gemm_other_lane_layouts(cfg):
-    """GEMM on a 16-bit accumulator, on batch 2 (lane order b·block_out + o) and with products built from
-    logic matches fsim."""
+    """GEMM on a 16-bit accumulator, on batch 2 (lane order b·block_out + o), with products built from
+    logic, and beside an ALU of several passes (the accumulator's read address then a register of its own)
+    matches fsim."""
     rng = np.random.default_rng(7)
     insn, uops = random_loop(rng, Gemm, cfg, n_uops=5, iter_out=3, iter_in=2)
     check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
@@ -396,22 +402,24 @@ def test_gemm_overwrite(seed):
     check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
+@pytest.mark.parametrize("cfg", [TINY, VEC1], ids=lambda c: c.name)
 @pytest.mark.parametrize("distance", [1, 2, 3, 4, 5, 7])
-def test_gemm_repeated_destination(distance):
+def test_gemm_repeated_destination(distance, cfg):
     """Micro-ops writing the row written ``distance`` micro-ops earlier accumulate every product.
 
     Distance 1 is the back-to-back case: the row is read in the cycle the
     micro-op ahead writes it, so only the transparent read gives the new
     value. Larger distances cover every stage of the product/tree pipeline.
     An inner loop with ``dst_factor_in = 0`` repeats the rows across loop
-    iterations too.
+    iterations too. (With an ALU of several passes the read address is a
+    register of its own.)
     """
     rng = np.random.default_rng(100 + distance)
-    rows = rng.choice(TINY.acc_depth, distance, replace=False)
+    rows = rng.choice(cfg.acc_depth, distance, replace=False)
     uops = [(int(rows[u % distance]), int(rng.integers(0, 200)), int(rng.integers(0, 100))) for u in range(12)]
     insn = Gemm(uop_bgn=20, uop_end=32, iter_out=2, iter_in=3, dst_factor_out=0, dst_factor_in=0,
                 src_factor_out=9, src_factor_in=5, wgt_factor_out=3, wgt_factor_in=1)
-    check_against_fsim(insn, with_uops(random_contents(rng, TINY), 20, uops))
+    check_against_fsim(insn, with_uops(random_contents(rng, cfg), 20, uops), cfg)
 
 
 def test_gemm_single_row_reduction():
@@ -474,7 +482,7 @@ def test_alu_op(op, use_imm):
         check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2, SERIAL, SERIAL1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2, VEC4, SERIAL, SERIAL1], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_other_lane_layouts(cfg, op):
     """ALU ops on a 16-bit accumulator (shift limits, wrap), on batch 2, and with ALUs narrower than the
@@ -486,13 +494,14 @@ def test_alu_other_lane_layouts(cfg, op):
         check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, SERIAL1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL1], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_chain(op, cfg):
     """Micro-op k+1 reads, as its source, the row micro-op k writes (a running prefix).
 
-    The source row is read in the very cycle the previous micro-op writes it,
-    so only the transparent read of port B gives the new value.
+    With one pass the source row is read in the very cycle the previous
+    micro-op writes it, so only the transparent read of port B gives the new
+    value; with several, the micro-op waits in S2 and reads it again.
     """
     rng = np.random.default_rng(50 + int(op))
     rows = [int(r) for r in rng.choice(cfg.acc_depth, 10, replace=False)]
@@ -505,7 +514,7 @@ def test_alu_chain(op, cfg):
 COMPOUNDING_IMM = {AluOp.ADD: 12345, AluOp.SHR: 1, AluOp.MUL: -3}
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, SERIAL], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL], ids=lambda c: c.name)
 @pytest.mark.parametrize("use_imm", [True, False], ids=["imm", "vector"])
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_repeated_destination(op, use_imm, cfg):
@@ -597,28 +606,29 @@ def test_range_errors(insn, uops, code):
     assert (hw["acc"][240:244] == 0).all() and (hw["out"][240:244] == 0).all()
 
 
-def test_instruction_sequence():
+@pytest.mark.parametrize("cfg", [TINY, VEC1], ids=lambda c: c.name)
+def test_instruction_sequence(cfg):
     """GEMM and ALU instructions one after another (each sees the last one's results) match fsim.
 
     Mixing kinds exercises the switch of the accumulator read ports between
-    the GEMM and ALU pipelines and the state carried from one instruction to
-    the next.
+    the GEMM and ALU pipelines (with several passes, the registered read
+    address) and the state carried from one instruction to the next.
     """
     rng = np.random.default_rng(21)
-    contents = random_contents(rng, TINY)
+    contents = random_contents(rng, cfg)
     insns = []
     for k in range(10):
         cls = [Gemm, Alu][k % 2] if k < 6 else [Gemm, Alu][int(rng.integers(0, 2))]
         extra = {"alu_op": AluOp(int(rng.integers(0, 5))), "use_imm": bool(rng.integers(0, 2)),
                  "imm": int(rng.integers(-8, 9))} if cls is Alu else {"reset": k == 7}
-        insn, uops = random_loop(rng, cls, n_uops=int(rng.integers(1, 5)), iter_out=int(rng.integers(1, 4)),
+        insn, uops = random_loop(rng, cls, cfg, n_uops=int(rng.integers(1, 5)), iter_out=int(rng.integers(1, 4)),
                                  iter_in=int(rng.integers(1, 4)), uop_bgn=40 * k, **extra)
         contents = with_uops(contents, insn.uop_bgn, uops)
         insns.append(insn)
-    reports, hw = run_core(TINY, contents, insns)
+    reports, hw = run_core(cfg, contents, insns)
     assert all(r["error"] == 0 for r in reports)
     assert [r["retired"] for r in reports] == [i.uop_count for i in insns]
-    error, ref = fsim_reference(TINY, contents, insns)
+    error, ref = fsim_reference(cfg, contents, insns)
     assert error == ErrorCode.NONE
     assert_state_matches(hw, ref, contents, insns)
 
@@ -661,17 +671,17 @@ def test_one_micro_op_per_cycle(cls, cfg):
     assert len(overhead) >= 4 and len(set(overhead.values())) == 1, f"cycles - n per shape: {overhead}"
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC4, VEC1], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", [AluOp.ADD, AluOp.MUL, AluOp.SHR])
 def test_alu_chain_waits_one_cycle_per_dependent_micro_op(op, cfg):
     """An ALU micro-op reading the row the micro-op right ahead of it writes waits one cycle (that result
     is a stage from ready and forwarded), or with several passes four (until the last slice is through S5
-    and the write register and read back); one reading a row written two or more micro-ops earlier does not.
-    Both match fsim."""
+    and the write register and read back), five where it reads its two rows through one port, one after
+    the other; one reading a row written two or more micro-ops earlier does not. Both match fsim."""
     rng = np.random.default_rng(65)
     cycles = {}
     for name, uops in (("chain", [(5, u, u) for u in range(8)]), ("apart", [(u, u + 8, u) for u in range(8)])):
         insn = Alu(uop_bgn=0, uop_end=8, iter_out=1, iter_in=4, alu_op=op)
         cycles[name] = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, uops), cfg)["cycles"]
-    wait = 1 if cfg.vector_passes == 1 else 4
+    wait = 1 if cfg.vector_passes == 1 else 5 if alu_reads_one_port(cfg) else 4
     assert cycles["chain"] - cycles["apart"] == 31 * wait, cycles    # 32 micro-ops on one row: 31 wait

@@ -48,7 +48,8 @@ def test_matches_a_deque(depth, registered_head, lutram):
             ctx.set(dut.r_en, r_en)
             w_rdy, r_rdy, r_data, level = ctx.get(dut.w_rdy), ctx.get(dut.r_rdy), ctx.get(dut.r_data), ctx.get(dut.level)
             assert level == len(model) and level <= depth
-            assert w_rdy == (len(model) < depth) or registered_head   # (the registered build may lag)
+            # (the registered builds and the block RAM's, which frees an entry as it moves ahead, may lag)
+            assert w_rdy == (len(model) < depth) or registered_head or depth > LUTRAM_DEPTH
             assert not w_rdy or len(model) < depth     # never accepts beyond its depth
             if r_rdy:
                 assert r_data == model[0] and ctx.get(dut.r_decoded) == _decoded(r_data)
