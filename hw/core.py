@@ -502,11 +502,10 @@ class ComputeCore(wiring.Component):
         next_dst, next_src = (Mux(stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
         load_imm = [b_op[lane].eq(imm) for lane in range(lanes)]       # (an immediate operand, as a row)
         one_port = alu_reads_one_port(c)
-        # S2's reads (several passes): 0 while it reads its rows anew (it took its micro-op, or a stage
-        # ahead has one of them yet to write), counting up to `reads_needed` once its rows are on hand.
-        # With one port the destination row is read first and kept in `a_row`.
-        reads_needed = 2 if one_port else 1
-        s2_reads = Signal(range(reads_needed + 1)) if passes > 1 else None
+        # With one port S2 reads its destination row first and keeps it in `a_row`, then its source row:
+        # `s2_reads` is 0 while it reads them anew (it took its micro-op, or a stage ahead has one of them
+        # yet to write), and counts up to 2 as they come.
+        s2_reads = Signal(range(3)) if one_port else None
         a_row = Signal(self.acc_shape, reset_less=True) if one_port else self.acc_read_a.data
         if one_port:
             with m.If(s2_reads == 1):
@@ -567,9 +566,13 @@ class ComputeCore(wiring.Component):
             last_next, done_next = final(x_slice_next, x_step_next)
             x_busy_next = x_valid_next & ~(last_next & done_next)
             reads_anew = ~stall | hazards.any()
-            reads_next = Mux(reads_anew, 0, Mux(s2_reads == reads_needed, reads_needed, s2_reads + 1))
-            m.d.sync += [s2_reads.eq(reads_next),
-                         stall.eq(s2_valid_next & ~is_gemm & ((reads_next != reads_needed) | x_busy_next))]
+            if one_port:
+                reads_next = Mux(reads_anew, 0, Mux(s2_reads == 2, 2, s2_reads + 1))
+                m.d.sync += s2_reads.eq(reads_next)
+                rows_next = reads_next == 2         # S2's rows on hand next cycle
+            else:
+                rows_next = ~reads_anew
+            m.d.sync += stall.eq(s2_valid_next & ~is_gemm & (~rows_next | x_busy_next))
 
         if passes == 1:
             with m.If(is_gemm):

@@ -124,19 +124,10 @@ class HeadRegisteredFIFO(wiring.Component):
         # As SyncFIFOBuffered: a memory of depth - 1 entries whose read register is the head (in LUT RAM:
         # a register after its asynchronous read, and the decoding's register beside it).
         lutram = self.lutram if self.lutram is not None else is_ecp5(platform)
-        inner_depth = self.depth - 1
-        m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[],
-                                                attrs={"ram_style": "distributed"} if lutram else None)
-        r_port = storage.read_port(domain="comb" if lutram else "sync")
-        produce, consume = Signal(range(inner_depth)), Signal(range(inner_depth))
-        stored = Signal(range(inner_depth + 1))
-        write = self._writer(m, storage, produce)
-        if not lutram:
-            never_reads_while_written(storage)      # (it reads a stored entry; writes fill a free one)
+        r_port, stored, consumed = self._ring(m, self.depth - 1, lutram=lutram)
         read_inner = (stored != 0) & (~self.r_rdy | self.r_en)
-
-        m.d.comb += [self.w_rdy.eq(stored != inner_depth), r_port.addr.eq(consume),
-                     self.level.eq(stored + self.r_rdy)]
+        consumed(read_inner)
+        m.d.comb += self.level.eq(stored + self.r_rdy)
         if lutram:
             head = Signal(self.width, reset_less=True)
             with m.If(read_inner):
@@ -146,14 +137,35 @@ class HeadRegisteredFIFO(wiring.Component):
         else:
             m.d.comb += [r_port.en.eq(read_inner), self.r_data.eq(r_port.data)]
             self._decoded(m, r_port.data)
-        with m.If(write):
-            m.d.sync += produce.eq(_advanced(produce, inner_depth))
         with m.If(read_inner):
-            m.d.sync += [consume.eq(_advanced(consume, inner_depth)), self.r_rdy.eq(1)]
+            m.d.sync += self.r_rdy.eq(1)
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
-        m.d.sync += stored.eq(stored + write - read_inner)
         return m
+
+    def _ring(self, m, depth, *, lutram):
+        """The memory of ``depth`` entries behind a registered head, with its write side (``w_rdy`` and
+        the write pointer) and its read pointer. Returns ``(r_port, stored, consumed)``, where
+        ``consumed(read)`` (called once) moves the read pointer and the count on the cycles ``read``
+        holds. A LUT RAM is read asynchronously; otherwise the read is synchronous, and of a stored
+        entry only (writes fill a free one)."""
+        m.submodules.storage = storage = Memory(shape=self.width, depth=depth, init=[],
+                                                attrs={"ram_style": "distributed"} if lutram else None)
+        r_port = storage.read_port(domain="comb" if lutram else "sync")
+        produce, consume = Signal(range(depth)), Signal(range(depth))
+        stored = Signal(range(depth + 1))
+        write = self._writer(m, storage, produce)
+        if not lutram:
+            never_reads_while_written(storage)
+        m.d.comb += [self.w_rdy.eq(stored != depth), r_port.addr.eq(consume)]
+        with m.If(write):
+            m.d.sync += produce.eq(_advanced(produce, depth))
+
+        def consumed(read):
+            with m.If(read):
+                m.d.sync += consume.eq(_advanced(consume, depth))
+            m.d.sync += stored.eq(stored + write - read)
+        return r_port, stored, consumed
 
     def _block_ram(self, m):
         """``depth - 2`` entries in a block RAM, one ``ahead`` of the head in a register, and the head.
@@ -167,13 +179,7 @@ class HeadRegisteredFIFO(wiring.Component):
         cycles after a pop (a block RAM entry is freed as it is read, into ``ahead``), one later than
         before.
         """
-        inner_depth = self.depth - 2
-        m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[])
-        r_port = storage.read_port()
-        produce, consume = Signal(range(inner_depth)), Signal(range(inner_depth))
-        stored = Signal(range(inner_depth + 1))
-        write = self._writer(m, storage, produce)
-        never_reads_while_written(storage)      # (it reads a stored entry; writes fill a free one)
+        r_port, stored, consumed = self._ring(m, self.depth - 2, lutram=False)
         ahead = Signal(self.width, reset_less=True)
         ahead_valid = Signal()
         arriving = Signal()                     # the entry read last cycle is on `r_port.data`
@@ -183,14 +189,11 @@ class HeadRegisteredFIFO(wiring.Component):
         head_free = ~self.r_rdy | self.r_en
         entering = Mux(ahead_valid, ahead, r_port.data)        # what the head takes next
         load = head_free & (ahead_valid | arriving)
-        m.d.comb += [r_port.addr.eq(consume), r_port.en.eq(issue), self.w_rdy.eq(stored != inner_depth),
-                     self.r_data.eq(head), self.level.eq(stored + arriving + ahead_valid + self.r_rdy)]
+        consumed(issue)
+        m.d.comb += [r_port.en.eq(issue), self.r_data.eq(head),
+                     self.level.eq(stored + arriving + ahead_valid + self.r_rdy)]
         self._decoded(m, entering, load=load)
-        m.d.sync += [arriving.eq(issue), stored.eq(stored + write - issue)]
-        with m.If(write):
-            m.d.sync += produce.eq(_advanced(produce, inner_depth))
-        with m.If(issue):
-            m.d.sync += consume.eq(_advanced(consume, inner_depth))
+        m.d.sync += arriving.eq(issue)
         with m.If(load):
             m.d.sync += [head.eq(entering), self.r_rdy.eq(1), ahead_valid.eq(0)]
         with m.Elif(head_free):
