@@ -14,6 +14,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
 from tilewright.hw.axi import RESP_OKAY, RESP_SLVERR, AxiSignature
+from tilewright.hw.pipe import pipe
 from tilewright.hw.register_slice import AxiRegisterSlice, slice_channel
 
 from .bridge import HostPortSignature
@@ -65,20 +66,31 @@ class OnChipMemory(wiring.Component):
         word_bytes = self.data_width // 8
         shift = word_bytes.bit_length() - 1
         depth = self.size // word_bytes
-        m.submodules.ram = ram = Memory(shape=self.data_width, depth=depth, init=[],
-                                        attrs={"ram_style": self.ram_style} if self.ram_style else None)
-        ram_read = ram.read_port()
-        ram_write = ram.write_port(granularity=8)
         # What the control logic asks of the RAM this cycle (single-ported: one address), straight or
         # through the input register. Through the register the RAM reads its address every cycle (the
         # tags below say which reads count): Yosys makes a read enable a multiplexer after every block
         # RAM, whose one enable also serves its writes. iCE40 SPRAM maps only with the read enable.
-        ram_addr, read_en = Signal.like(ram_read.addr, name="ram_addr"), Signal(name="read_en")
-        write_data, write_en = Signal.like(ram_write.data, name="write_data"), Signal.like(ram_write.en, name="write_en")
-        m.d["sync" if self.input_register else "comb"] += [
-            ram_read.addr.eq(ram_addr), ram_write.addr.eq(ram_addr), ram_write.data.eq(write_data),
-            ram_write.en.eq(write_en)]
-        m.d.comb += ram_read.en.eq(1 if self.input_register else read_en)
+        # Through the register the RAM is also cut into banks of its bytes, each with a copy of the
+        # register: on the 85F the address register alone reached all 64 block RAMs, a row apart.
+        banks = min(4, word_bytes) if self.input_register else 1
+        ram_addr, read_en = Signal(range(depth), name="ram_addr"), Signal(name="read_en")
+        write_data, write_en = Signal(self.data_width, name="write_data"), Signal(word_bytes, name="write_en")
+        read_data = []
+        for k in range(banks):
+            ram = Memory(shape=self.data_width // banks, depth=depth, init=[],
+                         attrs={"ram_style": self.ram_style} if self.ram_style else None)
+            m.submodules["ram" if banks == 1 else f"ram_{k}"] = ram
+            ram_read, ram_write = ram.read_port(), ram.write_port(granularity=8)
+            lanes = slice(k * word_bytes // banks, (k + 1) * word_bytes // banks)
+            if self.input_register:
+                addr = pipe(m, ram_addr, f"ram_addr_replica{k}")
+                m.d.sync += [ram_write.data.eq(write_data.word_select(k, len(ram_write.data))),
+                             ram_write.en.eq(write_en[lanes])]
+                m.d.comb += [ram_read.addr.eq(addr), ram_write.addr.eq(addr), ram_read.en.eq(1)]
+            else:
+                m.d.comb += [ram_read.addr.eq(ram_addr), ram_write.addr.eq(ram_addr), ram_write.data.eq(write_data),
+                             ram_write.en.eq(write_en), ram_read.en.eq(read_en)]
+            read_data.append(ram_read.data)
         axi, host = self.axi, self.host
         if self.register_slice:
             m.submodules.axi_slice = axi_slice = AxiRegisterSlice(
@@ -106,7 +118,7 @@ class OnChipMemory(wiring.Component):
             in_flight.append(pending.axi)
         else:
             m.d.sync += issued.eq(requested)
-        m.d.sync += [loaded.eq(issued), word.eq(ram_read.data)]
+        m.d.sync += [loaded.eq(issued), word.eq(Cat(read_data))]
         m.submodules.beats_out = out = fifo.SyncFIFO(width=self.data_width + tags.size, depth=self.r_fifo_depth)
         out_tags = data.View(tags, out.r_data[self.data_width:])
         m.d.comb += [

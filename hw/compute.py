@@ -17,6 +17,7 @@ from tilewright.isa import ErrorCode, MemType, Opcode
 
 from .core import ComputeCore, alu_reads_one_port
 from .padded_load import LoadRequest
+from .pipe import pipe
 from .sequencer import CommandLayout, Sequencer, TokenPort
 from .sram import acc_granularity, alu_granularity, load_granularity, never_reads_while_written, sram_shape
 
@@ -44,8 +45,9 @@ class ComputeUnit(wiring.Component):
     uop_load, acc_load : Out(WritePort.Signature)
         That loader's writes into the micro-op and accumulator SRAMs.
     protocol_ok : In(1)
-        Other streams drained, tokens clear and no instruction after this one
-        (checked when FINISH executes).
+        Other streams drained, tokens clear and no instruction after this one,
+        a register: checked two cycles after FINISH starts, as it stood the
+        cycle after FINISH's pops.
     halt : In(1)
     finished : Out(1)
         One-cycle pulse: FINISH retired.
@@ -153,9 +155,9 @@ class ComputeUnit(wiring.Component):
         m.d.comb += core.acc_loading.eq(acc_loading)
         wiring.connect(m, core.acc_write, acc_w)
 
-        # FINISH: one cycle after its pops, every other part must be quiet.
-        finish_check = Signal()
-        m.d.sync += finish_check.eq(seq.start & kind["finish"])
+        # FINISH: one cycle after its pops, every other part must be quiet (`protocol_ok` is a register,
+        # of that cycle: it is checked a cycle later).
+        finish_check = pipe(m, pipe(m, seq.start & kind["finish"], "finish_popped"), "finish_check")
         finish_error = Mux(self.protocol_ok & ~finish.push_prev & ~finish.push_next, 0, ErrorCode.PROTOCOL)
 
         # A GEMM released by the core retires while its sums drain (unless it pushes to the store stream,

@@ -502,17 +502,19 @@ class ComputeCore(wiring.Component):
         next_dst, next_src = (Mux(stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
         load_imm = [b_op[lane].eq(imm) for lane in range(lanes)]       # (an immediate operand, as a row)
         one_port = alu_reads_one_port(c)
-        # With one port S2 reads its destination row first and keeps it in `a_row`, then its source row:
-        # `s2_reads` is 0 while it reads them anew (it took its micro-op, or a stage ahead has one of them
-        # yet to write), and counts up to 2 as they come.
-        s2_reads = Signal(range(3)) if one_port else None
+        # With one port S2 reads its destination row first and keeps it in `a_row`, then its source row,
+        # each through the GEMM's row register (`acc_row`, which holds the row read a cycle before with
+        # no GEMM in flight): the block RAMs' outputs then reach one register, not three spread over
+        # the core (on the 85F at 100 MHz, 11-12 ns). `s2_reads` is 0 while S2 reads its rows anew (it
+        # took its micro-op, or a stage ahead has one of them yet to write), and counts up to 3 as they
+        # come.
+        s2_reads = Signal(range(4)) if one_port else None
         a_row = Signal(self.acc_shape, reset_less=True) if one_port else self.acc_read_a.data
         if one_port:
-            with m.If(s2_reads == 1):
-                m.d.sync += a_row.eq(self.acc_read_a.data)
+            with m.If(s2_reads == 2):
+                m.d.sync += a_row.eq(acc_row)
         for op, name, row, next_s2_row in ((a_op, "a", a_row, next_dst),
-                                           (b_op, "b", self.acc_read_a.data if one_port else self.acc_read_b.data,
-                                            next_src)):
+                                           (b_op, "b", acc_row if one_port else self.acc_read_b.data, next_src)):
             if passes == 1:
                 # Whether S4 or the write register writes the row of the micro-op in S2 (the read S2
                 # captures sees neither), compared a cycle ahead (against the rows they and S2 will hold)
@@ -541,8 +543,8 @@ class ComputeCore(wiring.Component):
             m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_final | s2_hazard))
         else:
             # S2 reads its rows from its own registers, so no logic lies between a flip-flop and the
-            # accumulator's block RAMs: they are ready a cycle after S2 takes its micro-op, or two
-            # with one port (S3 takes `passes` cycles a micro-op, so this costs a cycle or two per
+            # accumulator's block RAMs: they are ready a cycle after S2 takes its micro-op, or three
+            # with one port (S3 takes `passes` cycles a micro-op, so this costs a few cycles per
             # instruction, no more). S2 waits until its rows are on hand (`s2_reads`) and no stage
             # ahead, S3, S4, S5 or the write register, has one of them yet to write (no stage can
             # gain one while S2 waits: only S2 feeds them). `stall` reaches the loops,
@@ -567,9 +569,9 @@ class ComputeCore(wiring.Component):
             x_busy_next = x_valid_next & ~(last_next & done_next)
             reads_anew = ~stall | hazards.any()
             if one_port:
-                reads_next = Mux(reads_anew, 0, Mux(s2_reads == 2, 2, s2_reads + 1))
+                reads_next = Mux(reads_anew, 0, Mux(s2_reads == 3, 3, s2_reads + 1))
                 m.d.sync += s2_reads.eq(reads_next)
-                rows_next = reads_next == 2         # S2's rows on hand next cycle
+                rows_next = reads_next == 3         # S2's rows on hand next cycle
             else:
                 rows_next = ~reads_anew
             m.d.sync += stall.eq(s2_valid_next & ~is_gemm & (~rows_next | x_busy_next))

@@ -28,10 +28,11 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from . import axi as axi_spec
-from .arbiter import next_in_turn
 from .axi import (BOUNDARY_BYTES, BURST_INCR, MAX_BURST_BEATS, RESP_OKAY, AxiReadSignature,
                   AxiWriteSignature)
 from .dsp import is_small_fpga
+from .pipe import pipe
+from .register_slice import SkidBuffer
 
 __all__ = ["TransferLayout", "BeatLayout", "ReadClient", "RowReader", "ReaderShare", "attach_reader", "ElementPacker",
            "RowWriter", "LEAN_BURST_BEATS"]
@@ -88,28 +89,27 @@ def _burst_layout(bus_bytes):
 
 def _address_channel(m, axi, prefix, split, pending, bus_bytes, *, room=1):
     """Drive AXI's AR or AW channel (``prefix`` "ar"/"aw") with the splitter's bursts: ID 0, INCR bursts
-    of whole bus words. A burst waits in a register (its length comes from compares and carry chains,
-    and the channel fans out to an arbiter and beyond) and its descriptor enters ``pending`` as its
-    address is accepted, so data never runs ahead of the address. ``room`` holds bursts back.
-    Returns the register's valid bit (a burst not yet sent)."""
+    of whole bus words. A burst passes a :class:`~.register_slice.SkidBuffer` (its length comes from
+    compares and carry chains, and the channel fans out to an arbiter and beyond; the splitter's
+    ``ready`` is then a flip-flop's, not the arbiter's grant, which on the 85F at 100 MHz reached every
+    register of the splitter) and its descriptor enters ``pending`` as its address is accepted, so
+    data never runs ahead of the address. ``room`` holds bursts back. Returns whether a burst is not
+    yet sent."""
     ch = {name: getattr(axi, prefix + name) for name in ("id", "addr", "len", "size", "burst", "valid", "ready")}
-    held = Signal(name=f"{prefix}_held")
-    addr = Signal.like(split.request.payload.addr, name=f"{prefix}_addr", reset_less=True)
-    beats = Signal.like(split.request.payload.beats, name=f"{prefix}_beats", reset_less=True)
-    descriptor = Signal.like(split.burst.payload, name=f"{prefix}_burst", reset_less=True)
-    sent = ch["valid"] & ch["ready"]
-    free = ~held | sent
-    m.d.comb += [ch["id"].eq(0), ch["addr"].eq(addr), ch["len"].eq(beats - 1),
+    request = Cat(split.request.payload.as_value(), split.burst.payload.as_value())
+    m.submodules[f"{prefix}_held"] = held = SkidBuffer(len(request))
+    addr = Signal.like(split.request.payload.addr, name=f"{prefix}_addr")
+    beats = Signal.like(split.request.payload.beats, name=f"{prefix}_beats")
+    descriptor = Signal.like(split.burst.payload, name=f"{prefix}_burst")
+    sendable = pending.w_rdy & room
+    m.d.comb += [held.i_payload.eq(request), held.i_valid.eq(split.request.valid),
+                 split.request.ready.eq(held.i_ready), split.burst.ready.eq(held.i_ready),
+                 Cat(addr, beats, descriptor).eq(held.o_payload),
+                 ch["id"].eq(0), ch["addr"].eq(addr), ch["len"].eq(beats - 1),
                  ch["size"].eq(bus_bytes.bit_length() - 1), ch["burst"].eq(BURST_INCR),
-                 ch["valid"].eq(held & pending.w_rdy & room),
-                 split.request.ready.eq(free), split.burst.ready.eq(free),
-                 pending.w_data.eq(descriptor), pending.w_en.eq(sent)]
-    with m.If(split.request.valid & free):
-        m.d.sync += [held.eq(1), addr.eq(split.request.payload.addr), beats.eq(split.request.payload.beats),
-                     descriptor.eq(split.burst.payload)]
-    with m.Elif(sent):
-        m.d.sync += held.eq(0)
-    return held
+                 ch["valid"].eq(held.o_valid & sendable), held.o_ready.eq(ch["ready"] & sendable),
+                 pending.w_data.eq(descriptor), pending.w_en.eq(ch["valid"] & ch["ready"])]
+    return held.o_valid | ~held.i_ready
 
 
 class _Splitter(wiring.Component):
@@ -314,8 +314,9 @@ class _LeanBurstSplitter(_Splitter):
 
     Bursts end where a row does or at the next block of :data:`LEAN_BURST_BEATS` beats, aligned: no
     burst crosses 4 KiB or exceeds 256 beats, but a long row takes more, shorter bursts. A burst's
-    length comes from a subtraction and a compare in the cycle it leaves; a command spends one cycle
-    in set-up. Except on the small FPGAs (:func:`compact_row_arithmetic`), every address the next
+    length comes from a subtraction in the cycle it leaves, and whether it ends its row from a compare
+    registered the cycle before: bursts leave two cycles apart at least, and a command spends a cycle
+    in set-up and one more before its first burst. Except on the small FPGAs (:func:`compact_row_arithmetic`), every address the next
     burst needs is one addition of registers: the next row and its last byte are kept in registers,
     each stepped by the stride as a row starts, so a row's end only chooses among registers. The two
     forms take the same cycles.
@@ -347,7 +348,14 @@ class _LeanBurstSplitter(_Splitter):
         beat = start[shift:]                               # the burst's first beat
         final_beat = row_last[shift:]                      # the row's last beat
         block_end = beat | ((1 << block) - 1)              # the last beat of the aligned block
-        last_in_row = final_beat <= block_end
+        # Whether the burst ends the row (the row's last beat lies in the burst's block, `start` never
+        # being past it) is a register, compared a cycle after `start` or the row moves: it chooses the
+        # burst's length and every register's next value (on the 85F at 100 MHz the compare, the length
+        # and those choices took 13 ns). `settled` says it is current; a burst leaves only then, so
+        # bursts are two cycles apart at least (a burst of one beat is the only one that loses by it).
+        last_in_row = Signal()
+        settled = Signal()
+        m.d.sync += [last_in_row.eq(final_beat[block:] == beat[block:]), settled.eq(1)]
         last_beat = Mux(last_in_row, final_beat, block_end)
         beats = (last_beat - beat + 1)[:block + 1]
         m.d.comb += [
@@ -359,9 +367,11 @@ class _LeanBurstSplitter(_Splitter):
             self.burst.payload.lo.eq(start[:shift] if shift else 0),
             self.burst.payload.hi.eq(Mux(last_in_row, row_last[:shift] + 1 if shift else 1, B)),
             self.burst.payload.last.eq(last_in_row & (rows_left == 1)),
-            self.request.valid.eq(active & self.burst.ready),
-            self.burst.valid.eq(active & self.request.ready),
+            self.request.valid.eq(active & settled & self.burst.ready),
+            self.burst.valid.eq(active & settled & self.request.ready),
         ]
+        with m.If(setup | (self.request.valid & self.request.ready)):
+            m.d.sync += settled.eq(0)
         with m.If(self.cmd.valid & self.cmd.ready):
             p = self.cmd.payload
             m.d.sync += [row_addr.eq(p.addr), start.eq(p.addr), stride.eq(p.stride), row_bytes.eq(p.row_bytes),
@@ -397,6 +407,8 @@ class _LeanBurstSplitter(_Splitter):
             with m.If(active):
                 m.d.comb += [Assert(start >= row_addr), Assert(start < row_end if compact else start <= row_last),
                              Assert((start == row_addr) | ((start[:shift] == 0) if shift else 1))]
+                with m.If(settled):
+                    m.d.comb += Assert(last_in_row == (final_beat <= block_end))
                 if not compact:
                     m.d.comb += [Assert(row_span == (row_bytes - 1)[:bits]),
                                  Assert(row_last == (row_addr + row_span)[:bits]),
@@ -460,8 +472,12 @@ class RowReader(wiring.Component):
             self.beats.valid.eq(self.axi.rvalid & pending.r_rdy),
             self.axi.rready.eq(self.beats.ready & pending.r_rdy),
             pending.r_en.eq(self.axi.rvalid & self.axi.rready & final),
-            self.busy.eq(split.busy | unsent | (pending.level != 0)),
         ]
+        # Busy while splitting, and, from a register (a cycle late as a transfer ends), while a burst is
+        # unsent or has beats due: the reader's clients end their instructions on it, and on the 85F at
+        # 100 MHz the pending count reached the streams' and the fault registers through them.
+        in_flight = pipe(m, split.busy | unsent | (pending.level != 0), "in_flight")
+        m.d.comb += self.busy.eq(split.busy | in_flight)
         with m.If(self.axi.rvalid & self.axi.rready):
             m.d.sync += beat.eq(Mux(final, 0, beat + 1))
             with m.If(self.axi.rresp != RESP_OKAY):
@@ -474,14 +490,17 @@ class RowReader(wiring.Component):
 class ReaderShare(wiring.Component):
     """One :class:`RowReader` for several units: their transfers take turns, whole.
 
-    The next client's command (the first waiting client after the one
-    taken last) is taken into a register while the slot is free, even while
-    the reader serves another, and the reader takes it from there once idle:
-    the clients' request logic and the choice among them end in flip-flops,
-    not in the reader's (on the 85F at 100 MHz the fetch unit's and the
-    loader's requests reached the burst splitter's registers through the
-    choice). A command that finds the share idle waits a cycle; one that
-    waits behind another client's transfer loses nothing. Its client then
+    A client's command is taken into a register while the slot is free,
+    even while the reader serves another, and the reader takes it from
+    there once idle: the clients' request logic ends in flip-flops, not in
+    the reader's (on the 85F at 100 MHz the fetch unit's and the loader's
+    requests reached the burst splitter's registers through the choice
+    among them). The slot's turn passes from client to client each cycle it
+    is free, so a client's ``ready`` is a flip-flop's, not a function of the
+    other clients' requests (on the 85F the loader's request reached the
+    fetch unit's address registers through it). A command that finds the
+    share idle waits a cycle or two; one that waits behind another client's
+    transfer loses nothing. Its client then
     owns the reader, its beats, ``busy`` and ``error``, until the reader is
     idle again. A client's ``error`` stays until its next command, as the
     reader's does. Every client must take its beats without waiting on
@@ -508,13 +527,13 @@ class ReaderShare(wiring.Component):
         clients, reader = self.clients(), self.reader
         held = Signal()                         # a command waits in `command`, for `held_for`
         command = Signal.like(reader.cmd.payload, reset_less=True)
-        held_for = Signal(range(self.count))    # (also the client taken last: the round's start)
-        owner = Signal(range(self.count))       # the client the reader serves (or served last)
+        held_for = Signal(range(self.count))
+        turn = Signal(range(self.count))        # the client whose command the slot takes next
+        owner = Signal(self.count)              # one-hot: the client the reader serves (or served last)
         running = Signal()                      # a transfer of the owner's is in the reader
-        choice = Signal.like(owner)
-        m.d.comb += choice.eq(next_in_turn(Cat(c.cmd.valid for c in clients), held_for))
         with m.If(~held):
-            with m.Switch(choice):
+            m.d.sync += turn.eq(Mux(turn == self.count - 1, 0, turn + 1))
+            with m.Switch(turn):
                 for k, client in enumerate(clients):
                     with m.Case(k):
                         m.d.comb += client.cmd.ready.eq(1)
@@ -522,11 +541,12 @@ class ReaderShare(wiring.Component):
                             m.d.sync += [held.eq(1), held_for.eq(k), command.eq(client.cmd.payload)]
         m.d.comb += [reader.cmd.valid.eq(held & ~running), reader.cmd.payload.eq(command)]
         with m.If(reader.cmd.valid & reader.cmd.ready):
-            m.d.sync += [held.eq(0), owner.eq(held_for), running.eq(1)]
+            m.d.sync += [held.eq(0), owner.eq(1 << held_for), running.eq(1)]
         with m.Elif(running & ~reader.busy):     # (a reader is busy from the cycle after it takes a command)
             m.d.sync += running.eq(0)
         for k, client in enumerate(clients):
-            mine = running & (owner == k)
+            # (the owner changes only while the reader is idle: no beat, busy or error of another's is out)
+            mine = owner[k]
             failed = Signal(name=f"failed_{k}")
             with m.If(mine & reader.error):
                 m.d.sync += failed.eq(1)

@@ -69,11 +69,12 @@ class _InstructionBuffer(wiring.Component):
 
 
 class DecodedLayout(data.StructLayout):
-    """What fetch needs of an instruction to dispatch it: its stream, and what is wrong with it (an
-    ``ErrorCode``, 0 for a legal instruction)."""
+    """What fetch needs of an instruction to dispatch it: its stream, what is wrong with it (an
+    ``ErrorCode``, 0 for a legal instruction) and whether that is nothing (``legal``: dispatch reads one
+    flip-flop, not a compare)."""
 
     def __init__(self):
-        super().__init__({"to_load": 1, "to_store": 1, "error": isa.ERROR_BITS})
+        super().__init__({"to_load": 1, "to_store": 1, "error": isa.ERROR_BITS, "legal": 1})
 
 
 def _decode(word, cfg):
@@ -102,7 +103,8 @@ def _decode(word, cfg):
                     Mux(bad_memory, ErrorCode.ILLEGAL_MEMORY_TYPE,
                         Mux((opcode == Opcode.ALU) & ~alu_op.matches(*AluOp), ErrorCode.ILLEGAL_ALU_OP,
                             Mux(bad_flag, ErrorCode.ILLEGAL_DEPENDENCY, 0)))))
-    return Cat(to_load, to_store, Cat(error, C(0, isa.ERROR_BITS))[:isa.ERROR_BITS])
+    error = Cat(error, C(0, isa.ERROR_BITS))[:isa.ERROR_BITS]
+    return Cat(to_load, to_store, error, error == 0)
 
 
 class Fetch(wiring.Component):
@@ -204,40 +206,40 @@ class Fetch(wiring.Component):
         # 85F at 100 MHz the error reached the head's 128 enables through the dispatch: 12 ns). An
         # instruction fetched before the failed beat may still leave in t + 1, so the fault can name the
         # index after it. The Gowin's head, read asynchronously, can be the failed word in t + 1.
-        read_failed = Signal()
+        # `bus_failed`: the program's address is bad or a read failed (there, one register for both).
+        bus_failed = Signal()
+        bad_start = (self.addr[:4] != 0) | (self.addr + self.count * isa.INSN_BYTES > 1 << self.addr_width)
         if registered_head:
-            m.d.sync += read_failed.eq(reader.error)
+            m.d.sync += bus_failed.eq(Mux(self.start, bad_start, bad_address) | reader.error)
         else:
-            m.d.comb += read_failed.eq(reader.error)
+            m.d.comb += bus_failed.eq(bad_address | reader.error)
         error = Signal(isa.ERROR_BITS)
-        m.d.comb += error.eq(Mux(bad_address | read_failed, ErrorCode.BUS_ERROR, decoded.error))
+        legal = ~bus_failed & decoded.legal
+        m.d.comb += error.eq(Mux(bus_failed, ErrorCode.BUS_ERROR, decoded.error))
 
         for queue, selected in ((self.load, to_load), (self.compute, to_compute), (self.store, to_store)):
             m.d.comb += [queue.payload.insn.eq(word), queue.payload.index.eq(index),
-                         queue.valid.eq(running & buffer.r_rdy & selected & (error == 0) & ~self.halt)]
+                         queue.valid.eq(running & buffer.r_rdy & selected & legal & ~self.halt)]
         target_ready = Mux(to_load, self.load.ready, Mux(to_store, self.store.ready, self.compute.ready))
-        go = running & buffer.r_rdy & (error == 0) & ~self.halt & target_ready
+        go = running & buffer.r_rdy & legal & ~self.halt & target_ready
         m.d.comb += [
             buffer.r_en.eq(go),
             self.dispatched.eq(go),
-            self.fault.eq(running & (buffer.r_rdy | (error == ErrorCode.BUS_ERROR)) & (error != 0) & ~self.halt
-                          & ~all_dispatched),
+            self.fault.eq(running & (buffer.r_rdy | bus_failed) & ~legal & ~self.halt & ~all_dispatched),
             self.error.eq(Mux(self.fault, error, 0)),
             self.index.eq(index),
             self.done.eq(running & all_dispatched),
             self.busy.eq(reader.busy | (arriving != 0)),
-            self.stalled.eq(running & buffer.r_rdy & (error == 0) & ~target_ready & (arriving == 0)
-                            & ~reader.busy),
+            self.stalled.eq(running & buffer.r_rdy & legal & ~target_ready & (arriving == 0) & ~reader.busy),
         ]
         with m.If(go):
             m.d.sync += [index.eq(index + 1), all_dispatched.eq(index == last_index)]
         with m.If(self.fault):
             m.d.sync += running.eq(0)
         with m.If(self.start):
-            end = self.addr + self.count * isa.INSN_BYTES
             # (a count too wide for the index is beyond the bus: it saturates, never reads as 0)
             narrow = Mux(self.count[index_bits:].any(), (1 << index_bits) - 1, self.count)
             m.d.sync += [next_addr.eq(self.addr), remaining.eq(narrow), arriving.eq(0),
                          index.eq(0), running.eq(1), all_dispatched.eq(narrow == 0), last_index.eq(narrow - 1),
-                         bad_address.eq((self.addr[:4] != 0) | (end > 1 << self.addr_width))]
+                         bad_address.eq(bad_start)]
         return m

@@ -11,6 +11,7 @@ from tilewright.isa import ERROR_BITS, ErrorCode, MemType
 from .arbiter import next_in_turn
 from .dma import ElementPacker, ReadClient
 from .dsp import is_small_fpga
+from .pipe import pipe
 from .sram import load_granularity, load_slices, sram_shape
 from .transfer_check import MAX_EXTENT, TransferCheck
 
@@ -28,7 +29,7 @@ def one_of(selected, values):
 class LoadRequest(wiring.Signature):
     """A stream's side of a LOAD executor: the instruction, a start pulse, and the outcome.
 
-    ``insn`` stays stable from ``start`` until ``done``; ``error`` and
+    ``insn`` stays stable from the cycle before ``start`` until ``done``; ``error`` and
     ``bytes_read`` are valid with ``done`` and, for ``bytes_read``, until
     the next ``start``.
     """
@@ -139,9 +140,12 @@ class PaddedLoad(wiring.Component):
         element_valid = per_type([valid for valid, _ in sources], moving)
         word = per_type([payload for _, payload in sources], moving)     # an element (below a beat) or a beat
 
-        rows = Signal(range(MAX_EXTENT))
-        cols = Signal(range(MAX_EXTENT))
-        m.d.comb += [rows.eq(isa.padded_rows(insn)), cols.eq(isa.padded_cols(insn))]
+        # The padded sizes, registers computed every cycle from the instruction, which is stable a cycle
+        # before the start (on the 85F at 100 MHz their adders lay between the instruction and the range
+        # check's operands, 11 ns)
+        rows = Signal(range(MAX_EXTENT), reset_less=True)
+        cols = Signal(range(MAX_EXTENT), reset_less=True)
+        m.d.sync += [rows.eq(isa.padded_rows(insn)), cols.eq(isa.padded_cols(insn))]
         m.d.comb += [
             check.sram_base.eq(insn.sram_base), check.rows.eq(rows), check.cols.eq(cols),
             check.depth.eq(per_type([self.depth[mt] for mt in types])),
@@ -322,9 +326,10 @@ class LoadShare(wiring.Component):
                 m.d.sync += bytes_read.eq(loader.bytes_read)
         with m.If(busy & loader.done):
             m.d.sync += [busy.eq(0), pending.bit_select(served, 1).eq(0)]
-        kick = Signal()         # the loader starts the cycle after the grant, once the insn is the client's
+        # The loader starts two cycles after the grant: the insn is the client's from the cycle after it.
+        kick = Signal()
         m.d.sync += kick.eq(0)
-        m.d.comb += loader.start.eq(kick)
+        m.d.comb += loader.start.eq(pipe(m, kick, "kicked"))
         grant, choice = ~busy & pending.any(), next_in_turn(pending, served)
         with m.If(grant):
             m.d.sync += [busy.eq(1), served.eq(choice), kick.eq(1)]

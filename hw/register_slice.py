@@ -48,7 +48,11 @@ class SkidBuffer(wiring.Component):
             m.d.sync += [self.o_valid.eq(skid_valid | self.i_valid), skid_valid.eq(0),
                          out_payload.eq(Mux(skid_valid, skid_payload, self.i_payload))]
         with m.Elif(accept):                            # stalled: the offered beat waits in the skid register
-            m.d.sync += [skid_valid.eq(1), skid_payload.eq(self.i_payload)]
+            m.d.sync += skid_valid.eq(1)
+        # The skid register takes every payload offered while it is empty, wanted or not: its enable is
+        # a flip-flop's, not the sink's `ready` (on the 85F at 100 MHz the loader's ready reached it).
+        with m.If(~skid_valid):
+            m.d.sync += skid_payload.eq(self.i_payload)
         return m
 
 

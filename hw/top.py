@@ -105,6 +105,7 @@ class Datapath(wiring.Component):
     start : In(1)
         Begin fetching ``insn_count`` instructions at ``insn_addr``.
     insn_addr, insn_count : In(32)
+        Stable from the cycle before ``start`` (the register file's, written before it).
     axi : Out(AxiSignature)
     error : Out(ERROR_BITS), error_index : Out(32), fault : Out(1)
         The first error of the run: ``fault`` pulses once, as the streams halt, and ``error`` and
@@ -235,7 +236,8 @@ class Datapath(wiring.Component):
         with m.Else():
             m.d.sync += stuck.eq(0)
         all_empty = queues["load"].empty & queues["compute"].empty & queues["store"].empty
-        ended = fetch.done & all_empty
+        # (registered: it is read only once every stream has been stuck for a while)
+        ended = pipe(m, fetch.done & all_empty, "ended")
         sources.append((stuck == DEADLOCK_CYCLES, Mux(ended, ErrorCode.PROTOCOL, ErrorCode.DEADLOCK),
                         Mux(ended, fetch.index, compute.index)))
         # A fault halts the streams at once, from one flip-flop. Except on the small FPGAs (fewer flip-flops
@@ -256,8 +258,10 @@ class Datapath(wiring.Component):
 
         # FINISH is legal when nothing else is left: tokens, other streams, instructions. (Once fetch is
         # done its index is the run's count, as latched at the start: the host may write the register meanwhile.)
+        # (registered: compute checks it a cycle later; on the 85F the queues' counts reached the compute
+        # stream's state through it)
         tokens_clear = ~Cat(tq.pop_ready for tq in tokens.values()).any()
-        m.d.comb += compute.protocol_ok.eq(
+        m.d.sync += compute.protocol_ok.eq(
             tokens_clear & ~load.busy & ~store.busy & queues["load"].empty & queues["store"].empty
             & fetch.done & (compute.index == fetch.index - 1))
         with m.If(compute.finished):
@@ -275,11 +279,12 @@ class Datapath(wiring.Component):
         # -- fetch control and counter events -----------------------------------------
         m.d.comb += [fetch.start.eq(self.start), fetch.addr.eq(self.insn_addr), fetch.count.eq(self.insn_count)]
         # The program's bytes, which no STORE may reach (isa.ErrorCode.STORE_OVER_PROGRAM), latched as fetch
-        # latches its address; past the bus the run stops at fetch before any STORE.
+        # latches its address; past the bus the run stops at fetch before any STORE. (Their end is computed
+        # a cycle ahead, into a register: the registers hold the program from before the start.)
+        end = self.insn_addr + self.insn_count * isa.INSN_BYTES
+        program_end = pipe(m, Mux(end > (1 << aw), 1 << aw, end), "program_end", data=True)
         with m.If(self.start):
-            end = self.insn_addr + self.insn_count * isa.INSN_BYTES
-            m.d.sync += [store.program_start.eq(self.insn_addr),
-                         store.program_end.eq(Mux(end > (1 << aw), 1 << aw, end))]
+            m.d.sync += [store.program_start.eq(self.insn_addr), store.program_end.eq(program_end)]
         events = {
             "gemm_busy": compute.gemm_busy, "alu_busy": compute.alu_busy,
             "load_busy": load.dma_busy, "store_busy": store.dma_busy,

@@ -172,7 +172,9 @@ class TokensPushedFirst(wiring.Component):
 
     A ghost count per queue of the tokens pushed minus those the sequencer
     popped must never go below zero, and equals what the queue holds. The
-    instructions, the executor and the queues the sequencer pushes into are free.
+    instructions (but for a stream's one rule: an instruction offered stays
+    until it is taken), the executor and the queues the sequencer pushes into
+    are free.
     """
 
     def __init__(self, *, cfg, depth=2, sequencer=Sequencer):
@@ -186,6 +188,11 @@ class TokensPushedFirst(wiring.Component):
         m.submodules.seq = seq = self.seq
         wiring.connect(m, wiring.flipped(self.cmd), seq.cmd)
         m.d.comb += [seq.done.eq(self.done), seq.error.eq(self.error), seq.halt.eq(self.halt)]
+        offered = Signal()
+        last = Signal.like(self.cmd.payload)
+        m.d.sync += [offered.eq(self.cmd.valid & ~self.cmd.ready), last.eq(self.cmd.payload)]
+        with m.If(offered):
+            m.d.comb += Assume(self.cmd.valid & (self.cmd.payload.as_value() == last.as_value()))
         for k, side in enumerate(("prev", "next")):
             port = getattr(seq, side)
             m.submodules[side] = queue = TokenQueue(depth=self.depth)

@@ -177,8 +177,8 @@ def run_core(cfg, contents, insns):
             ctx.set(core.start, 0)
             cycles, retired = 1, 0
             steps = cfg.acc_width if cfg.serial_mul else 1       # (cycles per slice of a MUL at most)
-            # (an ALU micro-op waits up to four cycles for the one ahead when it reads the row it writes)
-            limit = insn.uop_count * (1 if is_gemm else cfg.vector_passes * steps + 4) + 64
+            # (an ALU micro-op waits up to six cycles for the one ahead when it reads the row it writes)
+            limit = insn.uop_count * (1 if is_gemm else cfg.vector_passes * steps + 6) + 64
             while True:
                 assert ctx.get(busy) and not ctx.get(other), f"busy outputs wrong in cycle {cycles}"
                 assert not ctx.get(other_retire)
@@ -676,12 +676,12 @@ def test_one_micro_op_per_cycle(cls, cfg):
 def test_alu_chain_waits_one_cycle_per_dependent_micro_op(op, cfg):
     """An ALU micro-op reading the row the micro-op right ahead of it writes waits one cycle (that result
     is a stage from ready and forwarded), or with several passes four (until the last slice is through S5
-    and the write register and read back), five where it reads its two rows through one port, one after
-    the other; one reading a row written two or more micro-ops earlier does not. Both match fsim."""
+    and the write register and read back), six where it reads its two rows through one port, one after
+    the other and through the GEMM's row register; one reading a row written two or more micro-ops earlier does not. Both match fsim."""
     rng = np.random.default_rng(65)
     cycles = {}
     for name, uops in (("chain", [(5, u, u) for u in range(8)]), ("apart", [(u, u + 8, u) for u in range(8)])):
         insn = Alu(uop_bgn=0, uop_end=8, iter_out=1, iter_in=4, alu_op=op)
         cycles[name] = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, uops), cfg)["cycles"]
-    wait = 1 if cfg.vector_passes == 1 else 5 if alu_reads_one_port(cfg) else 4
+    wait = 1 if cfg.vector_passes == 1 else 6 if alu_reads_one_port(cfg) else 4
     assert cycles["chain"] - cycles["apart"] == 31 * wait, cycles    # 32 micro-ops on one row: 31 wait

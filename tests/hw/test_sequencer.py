@@ -9,17 +9,19 @@ instruction, which the bench tracks from the handshakes it has seen:
   command moves to *pop* unless ``halt`` is high, and stays at the head of
   the queue (``cmd.ready`` low) until it leaves.
 * **pop**: ``start`` (with one pop on each queue the flags name, all in the
-  same cycle) exactly when every named queue has a token, ``halt`` is low
-  and the executor is ``ready``; ``wait_pop_*`` high exactly while a named queue is empty.
+  same cycle) exactly when, a cycle before, every named queue had a token
+  and the executor was ``ready`` (what only the sequencer's own start can
+  take away), and ``halt`` is low; ``wait_pop_*`` high exactly while a named queue is empty.
 * **exec** (after ``start``): nothing but ``busy``/``executing`` until the
   executor's ``done``; with an error, ``fault``, then *drop*: ``busy`` and
   ``cmd.ready`` (the command leaves a cycle after its fault), then idle and
   no push ever. An instruction the executor
-  ``released`` that pushes nothing to the next stage goes on to *push*
+  ``released`` that pushes nothing to the next stage goes on to *take*
   without waiting for ``done``.
-* **push**: one push on each named queue, all in the same cycle, exactly
-  when every named queue has room (``retired`` and ``cmd.ready`` with it); ``wait_push_*`` high
-  exactly while a named queue is full.
+* **take**, then **push** while a named queue is full: one push on each
+  named queue, all in the same cycle, exactly when every named queue has
+  room (``retired`` with it); ``wait_push_*`` high exactly while a named
+  queue is full. The command leaves its queue in *take* (``cmd.ready``).
 
 ``insn`` and ``index`` must show the command from when it is taken until
 it leaves.
@@ -107,6 +109,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
         pending = list(commands)
         offered = None
         countdown = error = 0
+        could_start = False         # last cycle: the offered command's tokens were there, the executor ready
         for cycle in range(max_cycles):
             # -- drive -------------------------------------------------------------
             if offered is None and pending and offer(cycle, rng):
@@ -142,7 +145,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             if phase == "idle":
                 expect |= {"blocked": offered is None}
             elif phase == "pop":
-                go = pops_ready and not halted and can_start
+                go = could_start and not halted
                 expect |= {"busy": 1, "blocked": not pops_ready, "start": go,
                            "pop_prev": go and flags["pop_prev"], "pop_next": go and flags["pop_next"],
                            "wait_pop_prev": flags["pop_prev"] and not ready["prev_pop"],
@@ -152,7 +155,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             elif phase == "drop":       # the faulted instruction leaves the queue a cycle after the fault
                 expect |= {"busy": 1, "cmd_ready": 1}
             else:
-                expect |= {"busy": 1, "blocked": not pushes_ready, "retired": pushes_ready, "cmd_ready": pushes_ready,
+                expect |= {"busy": 1, "blocked": not pushes_ready, "retired": pushes_ready, "cmd_ready": phase == "take",
                            "push_prev": pushes_ready and flags["push_prev"],
                            "push_next": pushes_ready and flags["push_next"],
                            "wait_push_prev": flags["push_prev"] and not ready["prev_push"],
@@ -161,10 +164,13 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             wrong = {name: (got[name], expect[name]) for name in got if got[name] != expect[name]}
             assert not wrong, f"cycle {cycle}, phase {phase}, flags {flags}, ready {ready}, " \
                               f"halt {halted}: (got, expected) {wrong}"
-            if current is not None:
+            if current is not None and phase != "push":
                 assert ctx.get(dut.insn.as_value()) == current[0] and ctx.get(dut.index) == current[1], \
                     "insn and index hold the current command"
             trace.cycles.append({"phase": phase, "halt": halted, "executor_ready": can_start, **ready, **got})
+            offered_flags = flags_of(offered[0]) if offered else None
+            could_start = bool(offered_flags) and can_start and all(
+                ready[f"{side}_pop"] or not offered_flags[f"pop_{side}"] for side in ("prev", "next"))
             # -- advance the model by what the edge sees ---------------------------
             if phase == "idle" and offered is not None and not halted:
                 current, k, phase = offered, k + 1, "pop"
@@ -179,18 +185,22 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
                     trace.faults.append((cycle, current[1]))
                     phase = "drop"
                 else:
-                    phase = "push"
+                    phase = "take"
             elif phase == "exec" and let_go and not flags["push_next"]:
                 trace.released.append((cycle, current[1]))
-                phase = "push"
+                phase = "take"
             elif phase == "exec":
                 countdown -= 1
             elif phase == "drop":
                 phase, current, offered = "idle", None, None
-            elif phase == "push" and got["retired"]:
+            elif phase in ("take", "push") and got["retired"]:
                 trace.retired.append((cycle, current[1]))
                 trace.pushes += [(cycle, current[1], side) for side in ("prev", "next") if got[f"push_{side}"]]
-                phase, current, offered = "idle", None, None
+                phase, current = "idle", None
+            elif phase in ("take", "push"):
+                phase = "push"
+            if phase in ("idle", "push") and got["cmd_ready"]:      # (the command left in `take`)
+                offered = None
             if not pending and offered is None and phase == "idle":
                 return
             await ctx.tick()
@@ -265,8 +275,8 @@ def test_pops_both_tokens_at_once():
     cmd = command(rng, 7, pop_prev=True, pop_next=True, push_prev=False, push_next=False)
     trace = run_sequencer([cmd], offer=always(True), exec_cycles=lambda k: 2,
                           tokens={"prev_pop": from_cycle(5), "next_pop": from_cycle(15)})
-    assert trace.taken == [(0, 7)] and trace.started == [(15, 7)]
-    assert trace.pops == [(15, 7, "prev"), (15, 7, "next")]
+    assert trace.taken == [(0, 7)] and trace.started == [(16, 7)]      # (the readiness seen a cycle late)
+    assert trace.pops == [(16, 7, "prev"), (16, 7, "next")]
     waiting = trace.cycles[1:15]
     assert [c["wait_pop_prev"] for c in waiting] == [1] * 4 + [0] * 10
     assert all(c["wait_pop_next"] and c["blocked"] for c in waiting)
@@ -289,7 +299,7 @@ def test_waits_for_done_then_pushes_when_room():
     cmd = command(rng, 0, pop_prev=False, pop_next=False, push_prev=True, push_next=True)
     trace = run_sequencer([cmd], offer=always(True), exec_cycles=lambda k: 10,
                           tokens={"prev_push": from_cycle(5), "next_push": from_cycle(20)})
-    # taken 0, start 1, done in cycle 11, push phase from 12, room in both from 20.
+    # taken 0, start 1, done in cycle 11, take and push phases from 12, room in both from 20.
     assert trace.started == [(1, 0)]
     assert all(c["executing"] for c in trace.cycles[2:12])
     assert trace.pushes == [(20, 0, "prev"), (20, 0, "next")] and trace.retired == [(20, 0)]
