@@ -1,7 +1,8 @@
 """On-chip memory standing in for DRAM: an AXI4 subordinate for the accelerator, a byte port for the host.
 
 One single-ported RAM (one read or one write per cycle, so it maps onto
-iCE40 SPRAM as well as block RAM) serves one AXI burst at a time, reads
+iCE40 SPRAM as well as block RAM; behind the input register, banks of its
+byte lanes with an address each) serves one AXI burst at a time, reads
 and writes taking turns, one beat per cycle. The host port is served only
 between bursts; the bridge uses it while no run is busy. Beats beyond the
 memory answer ``SLVERR`` (reads return zero, writes are dropped), as the
@@ -14,7 +15,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
 from tilewright.hw.axi import RESP_OKAY, RESP_SLVERR, AxiSignature
-from tilewright.hw.pipe import pipe
+from tilewright.hw.pipe import replicas
 from tilewright.hw.register_slice import AxiRegisterSlice, slice_channel
 
 from .bridge import HostPortSignature
@@ -33,7 +34,9 @@ class OnChipMemory(wiring.Component):
     ``input_register`` puts a register between the control logic and the
     RAM's address, data and enables, a cycle of latency per access: on a
     large part the RAM is dozens of block RAMs spread over the die, and
-    their inputs should come straight from flip-flops. (Yosys maps iCE40
+    their inputs should come straight from flip-flops: the RAM is then cut
+    into up to four banks of its byte lanes, each with its own copy of the
+    address register, so no flip-flop drives all of them. (Yosys maps iCE40
     SPRAM only with its inputs driven the plain way, and a 24 MHz part
     does not need the register.)
 
@@ -76,6 +79,7 @@ class OnChipMemory(wiring.Component):
         ram_addr, read_en = Signal(range(depth), name="ram_addr"), Signal(name="read_en")
         write_data, write_en = Signal(self.data_width, name="write_data"), Signal(word_bytes, name="write_en")
         read_data = []
+        bank_addrs = replicas(m, ram_addr, "ram_addr", banks) if self.input_register else None
         for k in range(banks):
             ram = Memory(shape=self.data_width // banks, depth=depth, init=[],
                          attrs={"ram_style": self.ram_style} if self.ram_style else None)
@@ -83,10 +87,9 @@ class OnChipMemory(wiring.Component):
             ram_read, ram_write = ram.read_port(), ram.write_port(granularity=8)
             lanes = slice(k * word_bytes // banks, (k + 1) * word_bytes // banks)
             if self.input_register:
-                addr = pipe(m, ram_addr, f"ram_addr_replica{k}")
                 m.d.sync += [ram_write.data.eq(write_data.word_select(k, len(ram_write.data))),
                              ram_write.en.eq(write_en[lanes])]
-                m.d.comb += [ram_read.addr.eq(addr), ram_write.addr.eq(addr), ram_read.en.eq(1)]
+                m.d.comb += [ram_read.addr.eq(bank_addrs[k]), ram_write.addr.eq(bank_addrs[k]), ram_read.en.eq(1)]
             else:
                 m.d.comb += [ram_read.addr.eq(ram_addr), ram_write.addr.eq(ram_addr), ram_write.data.eq(write_data),
                              ram_write.en.eq(write_en), ram_read.en.eq(read_en)]

@@ -60,8 +60,9 @@ OPERAND_COPIES_FROM = 64
 def alu_reads_one_port(cfg):
     """Whether the ALU reads a micro-op's two rows through one accumulator port, one after the other.
 
-    So it does where a micro-op spends three cycles or more in S3 (``vector_passes``), which hides the
-    read of its second row, unless the ALU's second port is shared with the requantizing STORE (``lean``):
+    So it does where a micro-op spends three cycles or more in S3 (``vector_passes``), which hides most
+    of the reads (four cycles in S2, through the GEMM's row register: a dependent micro-op waits longer),
+    unless the ALU's second port is shared with the requantizing STORE (``lean``):
     the accumulator has one read port fewer, and its block RAMs one copy fewer (16 DP16KD instead of 32
     on `slim`).
     """

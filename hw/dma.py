@@ -109,7 +109,7 @@ def _address_channel(m, axi, prefix, split, pending, bus_bytes, *, room=1):
                  ch["size"].eq(bus_bytes.bit_length() - 1), ch["burst"].eq(BURST_INCR),
                  ch["valid"].eq(held.o_valid & sendable), held.o_ready.eq(ch["ready"] & sendable),
                  pending.w_data.eq(descriptor), pending.w_en.eq(ch["valid"] & ch["ready"])]
-    return held.o_valid | ~held.i_ready
+    return held.o_valid         # (the skid register holds a burst only behind the output's)
 
 
 class _Splitter(wiring.Component):
@@ -545,17 +545,20 @@ class ReaderShare(wiring.Component):
         with m.Elif(running & ~reader.busy):     # (a reader is busy from the cycle after it takes a command)
             m.d.sync += running.eq(0)
         for k, client in enumerate(clients):
-            # (the owner changes only while the reader is idle: no beat, busy or error of another's is out)
+            # The owner changes only while the reader is idle, so no beat or busy of another's is out: they
+            # follow the one-hot flip-flop alone. (The reader's error stays after its transfer, until it
+            # takes the next command: that of a running transfer only is the owner's.)
             mine = owner[k]
             failed = Signal(name=f"failed_{k}")
-            with m.If(mine & reader.error):
+            fails = running & mine & reader.error
+            with m.If(fails):
                 m.d.sync += failed.eq(1)
             with m.If(client.cmd.valid & client.cmd.ready):
                 m.d.sync += failed.eq(0)
             m.d.comb += [client.beats.payload.eq(reader.beats.payload),
                          client.beats.valid.eq(mine & reader.beats.valid),
                          client.busy.eq((mine & reader.busy) | (held & (held_for == k))),
-                         client.error.eq(failed | (mine & reader.error))]
+                         client.error.eq(failed | fails)]
             with m.If(mine):
                 m.d.comb += reader.beats.ready.eq(client.beats.ready)
         return m

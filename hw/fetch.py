@@ -201,7 +201,8 @@ class Fetch(wiring.Component):
         to_load, to_store = decoded.to_load, decoded.to_store
         to_compute = ~to_load & ~to_store
         # A read's error response stops dispatch from a register where the buffer's head is one: a beat
-        # written in cycle t heads the buffer in t + 2 at the earliest, when the reader's error (a register
+        # written in cycle t heads the buffer in t + 2 at the earliest (t + 3 on the ECP5, where the
+        # decoding waits behind the head), when the reader's error (a register
         # set in t + 1) has passed this one. Everything `go` depends on then comes from flip-flops (on the
         # 85F at 100 MHz the error reached the head's 128 enables through the dispatch: 12 ns). An
         # instruction fetched before the failed beat may still leave in t + 1, so the fault can name the

@@ -16,12 +16,11 @@ instruction, which the bench tracks from the handshakes it has seen:
   executor's ``done``; with an error, ``fault``, then *drop*: ``busy`` and
   ``cmd.ready`` (the command leaves a cycle after its fault), then idle and
   no push ever. An instruction the executor
-  ``released`` that pushes nothing to the next stage goes on to *take*
+  ``released`` that pushes nothing to the next stage goes on to *push*
   without waiting for ``done``.
-* **take**, then **push** while a named queue is full: one push on each
-  named queue, all in the same cycle, exactly when every named queue has
-  room (``retired`` with it); ``wait_push_*`` high exactly while a named
-  queue is full. The command leaves its queue in *take* (``cmd.ready``).
+* **push**: one push on each named queue, all in the same cycle, exactly
+  when every named queue has room (``retired`` and ``cmd.ready`` with it); ``wait_push_*`` high
+  exactly while a named queue is full.
 
 ``insn`` and ``index`` must show the command from when it is taken until
 it leaves.
@@ -155,7 +154,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             elif phase == "drop":       # the faulted instruction leaves the queue a cycle after the fault
                 expect |= {"busy": 1, "cmd_ready": 1}
             else:
-                expect |= {"busy": 1, "blocked": not pushes_ready, "retired": pushes_ready, "cmd_ready": phase == "take",
+                expect |= {"busy": 1, "blocked": not pushes_ready, "retired": pushes_ready, "cmd_ready": pushes_ready,
                            "push_prev": pushes_ready and flags["push_prev"],
                            "push_next": pushes_ready and flags["push_next"],
                            "wait_push_prev": flags["push_prev"] and not ready["prev_push"],
@@ -164,7 +163,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             wrong = {name: (got[name], expect[name]) for name in got if got[name] != expect[name]}
             assert not wrong, f"cycle {cycle}, phase {phase}, flags {flags}, ready {ready}, " \
                               f"halt {halted}: (got, expected) {wrong}"
-            if current is not None and phase != "push":
+            if current is not None:
                 assert ctx.get(dut.insn.as_value()) == current[0] and ctx.get(dut.index) == current[1], \
                     "insn and index hold the current command"
             trace.cycles.append({"phase": phase, "halt": halted, "executor_ready": can_start, **ready, **got})
@@ -185,22 +184,18 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
                     trace.faults.append((cycle, current[1]))
                     phase = "drop"
                 else:
-                    phase = "take"
+                    phase = "push"
             elif phase == "exec" and let_go and not flags["push_next"]:
                 trace.released.append((cycle, current[1]))
-                phase = "take"
+                phase = "push"
             elif phase == "exec":
                 countdown -= 1
             elif phase == "drop":
                 phase, current, offered = "idle", None, None
-            elif phase in ("take", "push") and got["retired"]:
+            elif phase == "push" and got["retired"]:
                 trace.retired.append((cycle, current[1]))
                 trace.pushes += [(cycle, current[1], side) for side in ("prev", "next") if got[f"push_{side}"]]
-                phase, current = "idle", None
-            elif phase in ("take", "push"):
-                phase = "push"
-            if phase in ("idle", "push") and got["cmd_ready"]:      # (the command left in `take`)
-                offered = None
+                phase, current, offered = "idle", None, None
             if not pending and offered is None and phase == "idle":
                 return
             await ctx.tick()
@@ -299,7 +294,7 @@ def test_waits_for_done_then_pushes_when_room():
     cmd = command(rng, 0, pop_prev=False, pop_next=False, push_prev=True, push_next=True)
     trace = run_sequencer([cmd], offer=always(True), exec_cycles=lambda k: 10,
                           tokens={"prev_push": from_cycle(5), "next_push": from_cycle(20)})
-    # taken 0, start 1, done in cycle 11, take and push phases from 12, room in both from 20.
+    # taken 0, start 1, done in cycle 11, push phase from 12, room in both from 20.
     assert trace.started == [(1, 0)]
     assert all(c["executing"] for c in trace.cycles[2:12])
     assert trace.pushes == [(20, 0, "prev"), (20, 0, "next")] and trace.retired == [(20, 0)]
