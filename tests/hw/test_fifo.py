@@ -31,8 +31,9 @@ def _decoded(value):
                          ids=["registered-lutram", "registered", "fall-through"])
 @pytest.mark.parametrize("depth", [2, 3, 17, LUTRAM_DEPTH + 1])
 def test_matches_a_deque(depth, registered_head, lutram):
-    """The entries come out in order, and ``r_decoded`` is the head's decoding (decoded ahead into a
-    register after a LUT RAM's asynchronous read, or after the head in the other builds)."""
+    """The entries come out in order, and ``r_decoded`` is the head's decoding (from the register behind
+    the head where a LUT RAM is read asynchronously and the queue is 3 or more deep, or after the head in
+    the other builds)."""
     dut = HeadRegisteredFIFO(width=16, depth=depth, registered_head=registered_head, lutram=lutram,
                              decode=_decode, decoded_width=9)
     rng = random.Random(depth)
