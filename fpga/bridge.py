@@ -165,6 +165,8 @@ class HostBridge(wiring.Component):
         m.d.sync += [crc_ok.eq(received_crc == crc), read_in_range.eq(address + count <= self.mem_bytes)]
 
         receiving = Signal()
+        beyond = Signal()               # a MEM_WRITE of `length` bytes at `address` would leave the memory
+        m.d.sync += beyond.eq(address + (length - 4) > self.mem_bytes)
         with m.FSM() as fsm:
             with m.State("SYNC"):
                 m.d.comb += rx.ready.eq(1)
@@ -199,15 +201,26 @@ class HostBridge(wiring.Component):
                         m.next = "CRC0"
                     with m.If(command == Command.MEM_WRITE):
                         with m.If(index == 3):
-                            # The address is complete: refuse the whole write now if it cannot be done.
-                            end = Cat(header[:24], byte) + (length - 4)
-                            with m.If(self.run_busy):
-                                m.d.sync += refused.eq(Status.BUSY)
-                            with m.Elif(end > self.mem_bytes):
-                                m.d.sync += refused.eq(Status.BAD_ADDRESS)
+                            m.next = "WRITE_ADDRESS"
                         with m.If((index >= 4) & (refused == 0)):
                             m.d.sync += [write_pending.eq(1), write_address.eq(address + index - 4),
                                          write_data.eq(byte)]
+            # A MEM_WRITE's address is complete: refuse the whole write now if it cannot be done, in two
+            # states taking no byte (the sum and compare, at the byte's arrival, reached the refusal's
+            # enable: 11.4 ns on the 85F at 100 MHz; then from registers, through the state, 10.7 ns).
+            with m.State("WRITE_ADDRESS"):         # (`beyond` compares the whole address next cycle)
+                m.d.comb += receiving.eq(1)
+                m.next = "WRITE_RANGE"
+            with m.State("WRITE_RANGE"):
+                m.d.comb += receiving.eq(1)
+                with m.If(self.run_busy):
+                    m.d.sync += refused.eq(Status.BUSY)
+                with m.Elif(beyond):
+                    m.d.sync += refused.eq(Status.BAD_ADDRESS)
+                with m.If(index == length):
+                    m.next = "CRC0"
+                with m.Else():
+                    m.next = "PAYLOAD"
             with m.State("CRC0"):
                 m.d.comb += receiving.eq(1)
                 received("CRC1", checked=False)

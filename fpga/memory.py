@@ -15,7 +15,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
 from tilewright.hw.axi import RESP_OKAY, RESP_SLVERR, AxiSignature
-from tilewright.hw.pipe import replicas
+from tilewright.hw.pipe import pipe, replicas
 from tilewright.hw.register_slice import AxiRegisterSlice, slice_channel
 
 from .bridge import HostPortSignature
@@ -59,8 +59,8 @@ class OnChipMemory(wiring.Component):
         self.size, self.data_width, self.ram_style = size, data_width, ram_style
         self.input_register, self.register_slice = input_register, register_slice
         #: Read beats that may wait for R: one per cycle from a read's request to its entering the FIFO,
-        #: plus one, so that a burst streams one beat per cycle.
-        self.r_fifo_depth = 5 if input_register else 4
+        #: plus two (one for the cycle `room` is late by), so that a burst streams one beat per cycle.
+        self.r_fifo_depth = 6 if input_register else 5
         super().__init__({"axi": In(AxiSignature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
                           "host": In(HostPortSignature())})
 
@@ -133,11 +133,14 @@ class OnChipMemory(wiring.Component):
         ]
         host_byte = Signal(range(word_bytes))
         m.d.comb += [host.rvalid.eq(loaded.host), host.rdata.eq(word.word_select(host_byte, 8))]
-        room = out.level + sum(in_flight) < self.r_fifo_depth
+        # A register, a cycle late and so with room for the beat read then too (a cycle adds at most one
+        # beat): on the 85F at 100 MHz its sum and compare reached the burst's address and count enables.
+        room = pipe(m, out.level + sum(in_flight) + 1 < self.r_fifo_depth, "room")
 
         # -- one burst at a time ---------------------------------------------------------
         addr = Signal(len(axi.araddr) - shift + 1)      # word index of the next beat
         beats = Signal(9)            # beats left
+        more = Signal()              # beats != 0, kept beside it
         burst_id = Signal.like(axi.arid)
         write_error = Signal()
         prefer_write = Signal()      # reads and writes take turns between bursts
@@ -152,7 +155,7 @@ class OnChipMemory(wiring.Component):
                 m.d.comb += [axi.arready.eq(take_read), axi.awready.eq(take_write)]
                 with m.If(take_read):
                     m.d.sync += [addr.eq(axi.araddr >> shift), beats.eq(axi.arlen + 1), burst_id.eq(axi.arid),
-                                 prefer_write.eq(1)]
+                                 more.eq(1), prefer_write.eq(1)]
                     m.next = "READ"
                 with m.Elif(take_write):
                     m.d.sync += [addr.eq(axi.awaddr >> shift), beats.eq(axi.awlen + 1), burst_id.eq(axi.awid),
@@ -165,13 +168,13 @@ class OnChipMemory(wiring.Component):
                                  requested.host.eq(~host.write)]
                     m.d.sync += host_byte.eq(host.addr[:shift])
             with m.State("READ"):
-                advance = room & (beats != 0)
+                advance = room & more
                 m.d.comb += [ram_addr.eq(addr[:len(ram_addr)]), read_en.eq(advance)]
                 with m.If(advance):
                     m.d.comb += [requested.axi.eq(1), requested.error.eq(~in_range), requested.last.eq(beats == 1),
                                  requested.id.eq(burst_id)]
-                    m.d.sync += [addr.eq(addr + 1), beats.eq(beats - 1)]
-                with m.If(beats == 0):      # the burst's beats follow through the FIFO
+                    m.d.sync += [addr.eq(addr + 1), beats.eq(beats - 1), more.eq(beats != 1)]
+                with m.If(~more):           # the burst's beats follow through the FIFO
                     m.next = "IDLE"
             with m.State("WRITE"):
                 m.d.comb += [axi.wready.eq(1), ram_addr.eq(addr[:len(ram_addr)]), write_data.eq(axi.wdata),

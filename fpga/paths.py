@@ -9,7 +9,9 @@ starts from and the register (or block RAM port) it ends at.
 
 The model is rough on purpose: a LUT4 is :data:`LUT_NS` plus one net of
 ``hop_ns`` (routing dominates on these parts: the 85F's worst paths at
-100 MHz spent 1.3-1.6 ns per net), carry chains ripple at
+100 MHz spent 1.3-1.6 ns per net) and :data:`FANOUT_NS` per doubling of
+the net's sinks (one register choosing among the 256 bits of a write
+register took 11.7 ns to reach them all), carry chains ripple at
 :data:`CARRY_NS` per CCU2C, a block RAM's output comes :data:`BRAM_CLK_TO_Q_NS`
 after the clock, a combinational MULT18X18D takes :data:`MULT_NS`. It ranks
 paths and counts them; nextpnr's figures after placement are the truth.
@@ -24,6 +26,7 @@ nextpnr's late endpoints can be grouped by start and end register too.
 """
 
 import collections
+import math
 import re
 
 __all__ = ["estimate_paths", "group_paths", "routed_endpoints", "routed_paths", "group_endpoints",
@@ -38,6 +41,7 @@ LUTRAM_NS = 0.5          # TRELLIS_DPR16X4's asynchronous read
 BRAM_CLK_TO_Q_NS = 5.6   # DP16KD without its output register
 MULT_NS = 3.5
 SETUP_NS = {"DI": 0.1, "CE": 0.3, "LSR": 0.3}
+FANOUT_NS = 1.0          # a net's delay, per doubling of its sinks
 
 
 def _bits(cell, port):
@@ -71,39 +75,46 @@ def _graph(module, hop_ns):
     carry chain's, a slice's wide multiplexers)."""
     names = _names(module)
     drivers, starts, endpoints = {}, {}, []
+    sinks = collections.Counter(b for cell in module["cells"].values()
+                                for p, d in cell["port_directions"].items() if d == "input" for b in _bits(cell, p))
 
-    def drive(outputs, inputs, delay):
+    def spread(bit):        # what a net's sinks add to its delay
+        return FANOUT_NS * math.log2(max(sinks[bit], 1))
+
+    def drive(outputs, inputs, delay, *, net=True):
+        """``outputs`` settle ``delay`` after the latest of ``inputs``, and, where they drive a routed
+        ``net``, after it reaches its sinks."""
         for bit in outputs:
-            drivers[bit] = (inputs, delay)
+            drivers[bit] = (inputs, delay + (hop_ns + spread(bit) if net else 0.0))
 
     for cell_name, cell in module["cells"].items():
         kind, ports = cell["type"], cell["port_directions"]
         if kind == "TRELLIS_FF":
             label = _ff_label(cell_name, cell, names)
-            starts.update((b, FF_CLK_TO_Q_NS) for b in _bits(cell, "Q"))
+            starts.update((b, FF_CLK_TO_Q_NS + spread(b)) for b in _bits(cell, "Q"))
             endpoints += [(b, label, p, s) for p, s in SETUP_NS.items() for b in _bits(cell, p)]
         elif kind == "LUT4":
-            drive(_bits(cell, "Z"), sum((_bits(cell, p) for p in "ABCD"), []), LUT_NS + hop_ns)
+            drive(_bits(cell, "Z"), sum((_bits(cell, p) for p in "ABCD"), []), LUT_NS)
         elif kind == "PFUMX":
-            drive(_bits(cell, "Z"), _bits(cell, "ALUT") + _bits(cell, "BLUT") + _bits(cell, "C0"), MUX_NS)
+            drive(_bits(cell, "Z"), _bits(cell, "ALUT") + _bits(cell, "BLUT") + _bits(cell, "C0"), MUX_NS, net=False)
         elif kind == "L6MUX21":
-            drive(_bits(cell, "Z"), _bits(cell, "D0") + _bits(cell, "D1") + _bits(cell, "SD"), MUX_NS)
+            drive(_bits(cell, "Z"), _bits(cell, "D0") + _bits(cell, "D1") + _bits(cell, "SD"), MUX_NS, net=False)
         elif kind == "CCU2C":
             inputs = _bits(cell, "CIN") + sum((_bits(cell, f"{p}{k}") for p in "ABCD" for k in (0, 1)), [])
-            drive(_bits(cell, "COUT"), inputs, CARRY_NS)
-            drive(_bits(cell, "S0") + _bits(cell, "S1"), inputs, SUM_NS + hop_ns)
+            drive(_bits(cell, "COUT"), inputs, CARRY_NS, net=False)
+            drive(_bits(cell, "S0") + _bits(cell, "S1"), inputs, SUM_NS)
         elif kind == "TRELLIS_DPR16X4":
-            drive(_bits(cell, "DO"), _bits(cell, "RAD"), LUTRAM_NS + hop_ns)
+            drive(_bits(cell, "DO"), _bits(cell, "RAD"), LUTRAM_NS)
             endpoints += [(b, cell_name, p, SETUP_NS["CE"]) for p in ("WAD", "DI", "WRE") for b in _bits(cell, p)]
         elif kind == "DP16KD":
             for port, direction in ports.items():
                 if direction == "output":
-                    starts.update((b, BRAM_CLK_TO_Q_NS) for b in _bits(cell, port))
+                    starts.update((b, BRAM_CLK_TO_Q_NS + spread(b)) for b in _bits(cell, port))
                 elif not port.startswith("CLK"):
                     endpoints += [(b, cell_name, port, SETUP_NS["CE"]) for b in _bits(cell, port)]
         elif kind == "MULT18X18D":
             inputs = sum((_bits(cell, p) for p in ports if p[0] in "AB" and p[1:].isdigit()), [])
-            drive(sum((_bits(cell, p) for p in ports if p.startswith("P")), []), inputs, MULT_NS + hop_ns)
+            drive(sum((_bits(cell, p) for p in ports if p.startswith("P")), []), inputs, MULT_NS)
     return names, drivers, starts, endpoints
 
 

@@ -46,7 +46,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
-from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
+from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40, is_small_fpga
 from .pipe import pipe, replicas
 from .sram import acc_granularity, alu_granularity, load_granularity, sram_shape, widened
 
@@ -228,7 +228,8 @@ class ComputeCore(wiring.Component):
         while ``acc_loading``.
     acc_loading : In(1)
         A LOAD owns ``acc_write``: the compute stream runs one instruction at a time, so the core is
-        idle (its writes drained) and starts only after the LOAD is done.
+        idle (its writes drained) and starts only after the LOAD is done. Seen a cycle late: it must
+        change at least two cycles before the first write that follows it.
     """
 
     def __init__(self, cfg):
@@ -401,11 +402,26 @@ class ComputeCore(wiring.Component):
             ctrl.append(tuple(pipe(m, s, f"g{n}_{k}", data=k > 0) for k, s in enumerate(ctrl[-1])))
         read_dst = ctrl[-3][1]
         acc_dst = ctrl[-2][1]
-        g_valid, g_dst, g_reset, g_overwrite = ctrl[-1]
+        g_valid, g_dst = ctrl[-1][:2]
+        # The last stage's flags reach every bit of the row written: each lane takes them from copies of
+        # its own (`lane_*[lane]`, each the value of ctrl[-1]'s; on the 85F at 100 MHz one register drove
+        # the write register's choice for all 256 bits through 10-12 ns of routing).
+        # (They choose data only, so they need no reset: the write enables come from the stages' valid bits.
+        # One copy for every lane on the small FPGAs, whose flip-flops are scarce and whose rows are short.)
+        lanes = batch * BO
+        copies_per_row = 1 if is_small_fpga(platform) else lanes
+
+        def per_lane(value, name):
+            """``value`` a cycle later, for each lane from a copy of its own (see above)."""
+            copies = replicas(m, value, name, copies_per_row, data=True)
+            return [copies[lane % copies_per_row] for lane in range(lanes)]
+        lane_valid, lane_reset, lane_overwrite = (per_lane(ctrl[-2][k], f"g_{name}")
+                                                  for k, name in ((0, "valid"), (2, "reset"), (3, "overwrite")))
         acc_row = Signal(self.acc_shape, reset_less=True)
         g_result = Signal(self.acc_shape)
         for lane, total in enumerate(sums):
-            m.d.comb += g_result[lane].eq(Mux(g_reset, 0, Mux(g_overwrite, 0, acc_row[lane]) + total))
+            kept = Mux(lane_overwrite[lane], 0, acc_row[lane])
+            m.d.comb += g_result[lane].eq(Mux(lane_reset[lane], 0, kept + total))
 
         # The results written (GEMM sums or ALU lanes) and the write register they pass through: the
         # accumulator's and OUT's block RAMs are spread over a large part, and their write address, data
@@ -414,7 +430,7 @@ class ComputeCore(wiring.Component):
         # between it and the block RAMs either; only the core's own writes reach OUT.
         result = Signal(self.acc_shape)
         write_dst = Signal(acc_bits)
-        core_dst = Signal(acc_bits)                 # the row the core writes (the ALU's hazards compare it)
+        core_dst = Signal(acc_bits)                 # the row the core writes
         write = Signal(len(self.out_write.en))      # the core's, per slice of `vector_width` lanes (one bit: the row)
         write_acc = Signal(len(self.acc_write.en))  # the core's or a LOAD's, per slice of either
         wr_en = pipe(m, write, "wr_en")
@@ -424,14 +440,17 @@ class ComputeCore(wiring.Component):
         # The row read for the micro-op behind misses the two writes ahead of it: the one computed now
         # (`g_result`) and the one in the write register (`wr_data`, written this cycle). Which rows match
         # is compared a cycle ahead, between the stages that will hold them.
-        from_g = pipe(m, ctrl[-2][0] & (acc_dst == read_dst), "acc_from_g")
-        from_wr = pipe(m, g_valid & (g_dst == read_dst), "acc_from_wr")
-        with m.If(from_g):
-            m.d.sync += acc_row.eq(g_result)
-        with m.Elif(from_wr):
-            m.d.sync += acc_row.eq(wr_data)
-        with m.Else():
-            m.d.sync += acc_row.eq(self.acc_read_a.data)
+        # (Each lane from copies of its own: the choice reaches every bit of the row. No reset: the row
+        # register is data.)
+        from_g = per_lane(ctrl[-2][0] & (acc_dst == read_dst), "acc_from_g")
+        from_wr = per_lane(g_valid & (g_dst == read_dst), "acc_from_wr")
+        for lane in range(lanes):
+            with m.If(from_g[lane]):
+                m.d.sync += acc_row[lane].eq(g_result[lane])
+            with m.Elif(from_wr[lane]):
+                m.d.sync += acc_row[lane].eq(wr_data[lane])
+            with m.Else():
+                m.d.sync += acc_row[lane].eq(self.acc_read_a.data[lane])
 
         # -- ALU: S2 operands · S3 op · S4 result · (S5) · write register ------
         # A micro-op's rows are read in S1 (with several passes: in S2, from S2's
@@ -446,7 +465,7 @@ class ComputeCore(wiring.Component):
         # several, each slice is written into its lanes as it comes (no row is
         # gathered), and S2 waits while it reads a row S3, S4, S5 or the write
         # register has yet to write.
-        lanes, width, passes = batch * BO, c.vector_width, c.vector_passes
+        width, passes = c.vector_width, c.vector_passes
         a_op = Signal(self.acc_shape, reset_less=True)
         b_op = Signal(self.acc_shape, reset_less=True)
         x_valid = Signal()          # S3 holds an ALU micro-op
@@ -459,7 +478,9 @@ class ComputeCore(wiring.Component):
             last = slice_ == passes - 1 if passes > 1 else C(1)
             done = ~alu_is[AluOp.MUL] | (step == c.acc_width - 1) if c.serial_mul else C(1)
             return last, done
-        x_last, x_done = final(x_slice, x_step)             # (x_done: a slice's last cycle)
+        # final(x_slice, x_step), as registers of the next state's (x_done: a slice's last cycle): they choose
+        # every operand bit's next value (on the 85F at 100 MHz, 11.2 ns from the step counter through them)
+        x_last, x_done = Signal(init=1, reset_less=True), Signal(init=1, reset_less=True)
         x_final = x_last & x_done                           # the micro-op's last cycle in S3
         # S3's next state (the registered `stall` of several passes reads it too): S2's micro-op enters,
         # or S3's steps, takes its next slice, or leaves. (x_slice and x_step are read only while x_valid.)
@@ -467,7 +488,9 @@ class ComputeCore(wiring.Component):
         x_valid_next = x_enter | (x_valid & ~x_final)
         x_slice_next = Mux(x_enter, 0, Mux(x_done & ~x_last, x_slice + 1, x_slice))
         x_step_next = Mux(x_enter | x_done, 0, x_step + 1)
-        m.d.sync += [x_valid.eq(x_valid_next), x_slice.eq(x_slice_next), x_step.eq(x_step_next)]
+        last_next, done_next = final(x_slice_next, x_step_next)
+        m.d.sync += [x_valid.eq(x_valid_next), x_slice.eq(x_slice_next), x_step.eq(x_step_next),
+                     x_last.eq(last_next), x_done.eq(done_next)]
         with m.If(x_enter):
             m.d.sync += x_dst.eq(s2_dst[:acc_bits])
         w_valid = pipe(m, x_valid & x_done, "w_valid")      # S4 writes a slice (or the row)
@@ -565,8 +588,7 @@ class ComputeCore(wiring.Component):
             hazards = Cat(hazard_next((x_busy, x_dst), (s2_moves | x_busy, Mux(s2_moves, s2_dst[:acc_bits], x_dst))),
                           hazard_next(*[(x_valid & x_done, x_dst)] * 2),
                           hazard_next(*[(w_valid, w_dst)] * 2),
-                          hazard_next(*[(write.any(), core_dst)] * 2))
-            last_next, done_next = final(x_slice_next, x_step_next)
+                          hazard_next(*[(out_valid, out_dst)] * 2))    # (S5's: no GEMM writes meanwhile)
             x_busy_next = x_valid_next & ~(last_next & done_next)
             reads_anew = ~stall | hazards.any()
             if one_port:
@@ -609,11 +631,18 @@ class ComputeCore(wiring.Component):
             m.d.comb += [write.eq(-1), core_dst.eq(g_dst)]
         with m.Elif(out_valid):
             m.d.comb += [write.eq(C(1, 1) << out_slice if passes > 1 else 1), core_dst.eq(out_dst)]
-        load, loading = self.acc_load, self.acc_loading
+        # `acc_loading` too, a cycle later: a LOAD writes no sooner than 6 cycles after it starts (its
+        # range check), and the next instruction starts 2 cycles after its last write at the earliest.
+        load = self.acc_load
+        lane_loading = per_lane(self.acc_loading, "acc_loading")
+        alu_rows = out_result.replicate(passes)
+        lane_bits = len(alu_rows) // lanes
+        for lane in range(lanes):
+            other = Mux(lane_loading[lane], load.data[lane], alu_rows[lane * lane_bits:(lane + 1) * lane_bits])
+            m.d.comb += result[lane].eq(Mux(lane_valid[lane], g_result[lane], other))
         m.d.comb += [
-            write_dst.eq(Mux(loading, load.addr, core_dst)),
-            result.eq(Mux(g_valid, g_result, Mux(loading, load.data, out_result.replicate(passes)))),
-            write_acc.eq(Mux(loading, widened(load.en, len(write_acc) // len(load.en)),
+            write_dst.eq(Mux(lane_loading[0], load.addr, core_dst)),
+            write_acc.eq(Mux(lane_loading[0], widened(load.en, len(write_acc) // len(load.en)),
                              widened(write, len(write_acc) // len(write)))),
         ]
         m.d.comb += [

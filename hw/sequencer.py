@@ -114,6 +114,12 @@ class Sequencer(wiring.Component):
         # depends on them, and the head's flags lay far from the token queues (on the 85F at 100 MHz, 11 ns).
         push_prev, push_next = Signal(), Signal()
         pushes_ready = (~push_prev | self.prev.push_ready) & (~push_next | self.next.push_ready)
+        # Whether PUSH may push, registered like `may_start` and from the head's flags (stable while the
+        # instruction runs): it takes the instruction off its queue, whose head register loads on it (on
+        # the 85F at 100 MHz the push flags reached that register's enables, 12.7 ns). A stale yes is still
+        # true: only this stream's own push takes room away. A stale no costs a cycle.
+        may_push = Signal()
+        m.d.sync += may_push.eq((~h.push_prev | self.prev.push_ready) & (~h.push_next | self.next.push_ready))
         m.d.comb += [self.insn.eq(self.cmd.payload.insn), self.index.eq(self.cmd.payload.index)]
         with m.FSM() as fsm:
             with m.State("IDLE"):
@@ -153,13 +159,17 @@ class Sequencer(wiring.Component):
                     self.wait_push_prev.eq(push_prev & ~self.prev.push_ready),
                     self.wait_push_next.eq(push_next & ~self.next.push_ready),
                 ]
-                with m.If(pushes_ready):
+                with m.If(may_push):
                     m.d.comb += [self.prev.push.eq(push_prev), self.next.push.eq(push_next),
                                  self.retired.eq(1), self.cmd.ready.eq(1)]
                     m.next = "IDLE"
-        if platform == "formal":        # (what makes the stale `may_start` safe, for the induction)
-            with m.If(fsm.ongoing("POP")):
+        if platform == "formal":        # (what makes the stale `may_start` and `may_push` safe, for the induction)
+            with m.If(~fsm.ongoing("IDLE")):
                 m.d.comb += Assert(self.cmd.valid)
-                with m.If(may_start):
-                    m.d.comb += Assert(pops_ready)
+            with m.If(fsm.ongoing("POP") & may_start):
+                m.d.comb += Assert(pops_ready)
+            with m.If(fsm.ongoing("PUSH")):
+                m.d.comb += [Assert(push_prev == h.push_prev), Assert(push_next == h.push_next)]
+                with m.If(may_push):
+                    m.d.comb += Assert(pushes_ready)
         return m

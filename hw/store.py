@@ -122,6 +122,9 @@ class StoreUnit(wiring.Component):
 
         done = Signal()
         error = Signal(isa.ERROR_BITS)
+        # Whether the STORE moves nothing, a register (the head is stable from the cycle of `start`): the
+        # check's start, which depends on it, then comes from flip-flops alone
+        empty = pipe(m, (insn.x_size == 0) | (insn.y_size == 0), "empty", data=True)
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(seq.start):
@@ -134,7 +137,7 @@ class StoreUnit(wiring.Component):
                         m.next = "IDLE"
                     with m.Elif(set_bias):
                         m.next = "BIAS_READ"
-                with (m.Elif if c.requant_store else m.If)((insn.x_size == 0) | (insn.y_size == 0)):
+                with (m.Elif if c.requant_store else m.If)(empty):
                     m.d.comb += done.eq(1)
                     m.next = "IDLE"
                 with m.Else():
@@ -171,7 +174,7 @@ class StoreUnit(wiring.Component):
             self.busy.eq(seq.busy), self.blocked.eq(seq.blocked), self.retired.eq(seq.retired),
             self.dma_busy.eq(seq.executing),
             self.wait_pop_prev.eq(seq.wait_pop_prev), self.wait_push_prev.eq(seq.wait_push_prev),
-            self.bytes_out.eq(Mux(seq.retired & ~set_bias & (insn.x_size != 0) & (insn.y_size != 0),
+            self.bytes_out.eq(Mux(seq.retired & ~set_bias & ~empty,
                                   count << shift, 0)),
         ]
         return m

@@ -105,7 +105,7 @@ class Datapath(wiring.Component):
     start : In(1)
         Begin fetching ``insn_count`` instructions at ``insn_addr``.
     insn_addr, insn_count : In(32)
-        Stable from the cycle before ``start`` (the register file's, written before it).
+        Stable from two cycles before ``start`` (the register file's, written before it).
     axi : Out(AxiSignature)
     error : Out(ERROR_BITS), error_index : Out(32), fault : Out(1)
         The first error of the run: ``fault`` pulses once, as the streams halt, and ``error`` and
@@ -279,12 +279,9 @@ class Datapath(wiring.Component):
         # -- fetch control and counter events -----------------------------------------
         m.d.comb += [fetch.start.eq(self.start), fetch.addr.eq(self.insn_addr), fetch.count.eq(self.insn_count)]
         # The program's bytes, which no STORE may reach (isa.ErrorCode.STORE_OVER_PROGRAM), latched as fetch
-        # latches its address; past the bus the run stops at fetch before any STORE. (Their end is computed
-        # a cycle ahead, into a register: the registers hold the program from before the start.)
-        end = self.insn_addr + self.insn_count * isa.INSN_BYTES
-        program_end = pipe(m, Mux(end > (1 << aw), 1 << aw, end), "program_end", data=True)
+        # latches its address; past the bus the run stops at fetch before any STORE.
         with m.If(self.start):
-            m.d.sync += [store.program_start.eq(self.insn_addr), store.program_end.eq(program_end)]
+            m.d.sync += [store.program_start.eq(self.insn_addr), store.program_end.eq(fetch.program_end)]
         events = {
             "gemm_busy": compute.gemm_busy, "alu_busy": compute.alu_busy,
             "load_busy": load.dma_busy, "store_busy": store.dma_busy,
@@ -364,12 +361,19 @@ class Accelerator(wiring.Component):
         done = Signal()
         status = Signal(STATUS_LAYOUT)
         ending = Signal()       # finished or failed, waiting for the bus to go quiet
+        # The bus's quiet and the fault as seen a cycle before, registers (the readers' and streams' state
+        # reached `ending`'s enable through them: 11.5 and 11.1 ns on the 85F at 100 MHz). `ending` is
+        # then set two cycles after a fault at the earliest, and the quiet it sees is of the cycle after
+        # the fault, when an instruction a stream started in the fault's cycle (the streams halt from
+        # the next) is already executing.
+        quiet = pipe(m, datapath.quiet, "quiet")
+        faulted = pipe(m, datapath.fault, "faulted")
         with m.If(starting):
             m.d.sync += [busy.eq(1), done.eq(0), ending.eq(0)]
         with m.Elif(busy):
-            with m.If(datapath.finished | datapath.fault):
+            with m.If(datapath.finished | faulted):
                 m.d.sync += ending.eq(1)
-            with m.If(ending & datapath.quiet):
+            with m.If(ending & quiet):
                 m.d.sync += [busy.eq(0), done.eq(1), ending.eq(0)]
         # A run counts as started from the write that starts it: the status read after it never
         # shows the last run's outcome.

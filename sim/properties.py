@@ -174,7 +174,7 @@ class TokensPushedFirst(wiring.Component):
     popped must never go below zero, and equals what the queue holds. The
     instructions (but for a stream's one rule: an instruction offered stays
     until it is taken), the executor and the queues the sequencer pushes into
-    are free.
+    are free, but for a queue's one rule: it loses room only to a push.
     """
 
     def __init__(self, *, cfg, depth=2, sequencer=Sequencer):
@@ -198,6 +198,10 @@ class TokensPushedFirst(wiring.Component):
             m.submodules[side] = queue = TokenQueue(depth=self.depth)
             m.d.comb += [queue.push.eq(self.supply[k]), queue.pop.eq(port.pop), port.pop_ready.eq(queue.pop_ready),
                          port.push_ready.eq(self.room[k])]
+            had_room, pushed_into = Signal(name=f"{side}_had_room"), Signal(name=f"{side}_pushed_into")
+            m.d.sync += [had_room.eq(self.room[k]), pushed_into.eq(port.push)]
+            with m.If(had_room & ~pushed_into):
+                m.d.comb += Assume(self.room[k])
             held = Signal(range(-1, self.depth + 2), name=f"{side}_tokens")
             pushed = self.supply[k] & (held < self.depth)
             m.d.sync += held.eq(held + pushed - port.pop)

@@ -1,7 +1,8 @@
-"""The path estimate over hand-made ECP5 netlists: arrivals by the documented model, the latest input
-chosen, carry chains without nets, grouping by start and end register, and the CLI on bad input."""
+"""The path estimate over hand-made ECP5 netlists: arrivals by the documented model (a net's sinks
+included), the latest input chosen, carry chains without nets, grouping by start and end register, and the CLI on bad input."""
 
 import json
+import math
 
 import pytest
 
@@ -44,6 +45,18 @@ def test_a_lut_chain_arrives_by_the_model_from_its_latest_input():
     assert latest["path"] == ["a", "x", "y"]
 
 
+def test_a_register_driving_many_sinks_starts_the_latest_path():
+    # e.DI <- LUT(a, y), where a also drives 63 other registers and y is two LUTs from b: a's one net
+    # to 64 sinks outweighs b's two levels of logic.
+    cells = {"a": ff(20, 1), "b": ff(21, 2), "l1": lut([2], 3), "l2": lut([3], 4), "l3": lut([1, 4], 5),
+             "e": ff(5, 6), **{f"s{k}": ff(1, 100 + k) for k in range(63)}}
+    names = {"a": 1, "b": 2, "x": 3, "y": 4, "z": 5, "e": 6}
+    result = {(e["name"], e["port"]): e for e in estimate_paths(netlist(cells, names), hop_ns=HOP)}
+    assert result[("e", "DI")]["path"] == ["a", "z"]
+    expected = paths.FF_CLK_TO_Q_NS + HOP + 6 * paths.FANOUT_NS + paths.LUT_NS + HOP + paths.SETUP_NS["DI"]
+    assert result[("e", "DI")]["ns"] == pytest.approx(expected, abs=0.01)
+
+
 def test_a_carry_chain_ripples_without_nets():
     # r -> CCU2C #1 (A0) -> COUT -> CCU2C #2 CIN -> S0 -> s.DI
     cells = {"r": ff(20, 1),
@@ -60,7 +73,9 @@ def test_groups_count_late_endpoints_by_registers():
     cells = {"a": ff(20, 1), "l": lut([1], 2), "q0": ff(2, 3), "q1": ff(2, 4), "z": ff(1, 5, ce=2)}
     names = {"a": 1, "n": 2, "q[0]": 3, "q[1]": 4, "z": 5}
     result = estimate_paths(netlist(cells, names), hop_ns=HOP)
-    through_lut = paths.FF_CLK_TO_Q_NS + HOP + paths.LUT_NS + HOP + paths.SETUP_NS["DI"]
+    # (a's net has two sinks, n's three: each adds FANOUT_NS per doubling)
+    through_lut = (paths.FF_CLK_TO_Q_NS + HOP + paths.FANOUT_NS + paths.LUT_NS + HOP
+                   + paths.FANOUT_NS * math.log2(3) + paths.SETUP_NS["DI"])
     assert group_paths(result, through_lut - 0.05) == [(pytest.approx(through_lut, abs=0.01), 2, "a", "q.DI"),
                                                      (pytest.approx(through_lut + 0.2, abs=0.01), 1, "a", "z.CE")][::-1]
     assert group_paths(result, 100.0) == []

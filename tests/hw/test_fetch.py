@@ -15,7 +15,7 @@ import dataclasses
 import random
 
 import pytest
-from amaranth import Module
+from amaranth import Module, ResetInserter, Signal
 from amaranth.sim import Simulator
 
 from tilewright import PRESETS, isa
@@ -137,7 +137,8 @@ def run_fetch(words, *, base=0x200, ready=None, halt=None, seed=0, cfg=TINY, aft
     dut = Fetch(cfg, addr_width=addr_width)
     reader = RowReader(addr_width=addr_width, data_width=cfg.dram_bus_width, lean=cfg.lean)
     top = Module()
-    top.submodules.fetch, top.submodules.reader = dut, reader
+    restart = Signal()          # the run's reset, in the cycle before start (as the accelerator's)
+    top.submodules.fetch, top.submodules.reader = ResetInserter(restart)(dut), reader
     attach_reader(top, dut.read, reader)
     axi = reader.axi
     queues = {s: getattr(dut, STREAMS[s]) for s in Stream}
@@ -148,6 +149,10 @@ def run_fetch(words, *, base=0x200, ready=None, halt=None, seed=0, cfg=TINY, aft
         offering = False
         ctx.set(dut.addr, base)
         ctx.set(dut.count, len(words))
+        await ctx.tick()            # (stable from two cycles before start)
+        ctx.set(restart, 1)
+        await ctx.tick()
+        ctx.set(restart, 0)
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)

@@ -84,7 +84,9 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
     """Run ``commands`` ((word, index) pairs) through a Sequencer while checking the contract each cycle.
 
     ``tokens[name](cycle, rng)`` gives ``prev_pop``, ``next_pop``, ``prev_push``
-    and ``next_push`` readiness, ``halt(cycle, rng)`` the halt input,
+    and ``next_push`` readiness (a push readiness is a queue's room: it falls
+    only after the sequencer pushes, 7 times in 10, and then comes back when
+    its function says so), ``halt(cycle, rng)`` the halt input,
     ``exec_cycles(k)`` and ``errors(k)`` the executor's latency (≥ 1 cycle
     after ``start``) and error code for the k-th instruction, ``offer(cycle,
     rng)`` whether the command queue presents its next entry (once presented
@@ -92,8 +94,8 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
     every command has left within ``max_cycles``.
     """
     rng = random.Random(seed)
-    tokens = {name: random_level(0.3, 0.6) for name in ("prev_pop", "next_pop", "prev_push", "next_push")} \
-        | (tokens or {})
+    tokens = {name: random_level(0.3, 0.6) for name in ("prev_pop", "next_pop")} \
+        | {name: lambda cycle, rng: rng.random() < 0.05 for name in ("prev_push", "next_push")} | (tokens or {})
     halt = halt or (lambda cycle, rng: False)
     exec_cycles = exec_cycles or (lambda k: rng.randint(1, 4))
     errors = errors or (lambda k: 0)
@@ -109,6 +111,8 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
         offered = None
         countdown = error = 0
         could_start = False         # last cycle: the offered command's tokens were there, the executor ready
+        could_push = False          # last cycle: the current command's pushes had room
+        room = {"prev_push": False, "next_push": False}      # last cycle's, unless a push filled the queue
         for cycle in range(max_cycles):
             # -- drive -------------------------------------------------------------
             if offered is None and pending and offer(cycle, rng):
@@ -117,6 +121,7 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             if offered is not None:
                 ctx.set(dut.cmd.payload, {"insn": offered[0], "index": offered[1]})
             ready = {name: bool(fn(cycle, rng)) for name, fn in tokens.items()}
+            ready |= {name: True for name, kept in room.items() if kept}
             ctx.set(dut.prev.pop_ready, ready["prev_pop"])
             ctx.set(dut.next.pop_ready, ready["next_pop"])
             ctx.set(dut.prev.push_ready, ready["prev_push"])
@@ -154,9 +159,9 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             elif phase == "drop":       # the faulted instruction leaves the queue a cycle after the fault
                 expect |= {"busy": 1, "cmd_ready": 1}
             else:
-                expect |= {"busy": 1, "blocked": not pushes_ready, "retired": pushes_ready, "cmd_ready": pushes_ready,
-                           "push_prev": pushes_ready and flags["push_prev"],
-                           "push_next": pushes_ready and flags["push_next"],
+                expect |= {"busy": 1, "blocked": not pushes_ready, "retired": could_push, "cmd_ready": could_push,
+                           "push_prev": could_push and flags["push_prev"],
+                           "push_next": could_push and flags["push_next"],
                            "wait_push_prev": flags["push_prev"] and not ready["prev_push"],
                            "wait_push_next": flags["push_next"] and not ready["next_push"]}
             expect = {name: int(bool(v)) for name, v in expect.items()}
@@ -170,6 +175,9 @@ def run_sequencer(commands, *, tokens=None, halt=None, exec_cycles=None, errors=
             offered_flags = flags_of(offered[0]) if offered else None
             could_start = bool(offered_flags) and can_start and all(
                 ready[f"{side}_pop"] or not offered_flags[f"pop_{side}"] for side in ("prev", "next"))
+            could_push = bool(current) and pushes_ready
+            room = {f"{side}_push": ready[f"{side}_push"] and not (got[f"push_{side}"] and rng.random() < 0.7)
+                    for side in ("prev", "next")}
             # -- advance the model by what the edge sees ---------------------------
             if phase == "idle" and offered is not None and not halted:
                 current, k, phase = offered, k + 1, "pop"
@@ -289,15 +297,15 @@ def test_pops_nothing_without_flags():
 
 
 def test_waits_for_done_then_pushes_when_room():
-    """No push before ``done``; then both pushes in the first cycle with room in both queues."""
+    """No push before ``done``; then both pushes in the cycle after the first with room in both queues."""
     rng = random.Random(3)
     cmd = command(rng, 0, pop_prev=False, pop_next=False, push_prev=True, push_next=True)
     trace = run_sequencer([cmd], offer=always(True), exec_cycles=lambda k: 10,
                           tokens={"prev_push": from_cycle(5), "next_push": from_cycle(20)})
-    # taken 0, start 1, done in cycle 11, push phase from 12, room in both from 20.
+    # taken 0, start 1, done in cycle 11, push phase from 12, room in both from 20, seen from 21.
     assert trace.started == [(1, 0)]
     assert all(c["executing"] for c in trace.cycles[2:12])
-    assert trace.pushes == [(20, 0, "prev"), (20, 0, "next")] and trace.retired == [(20, 0)]
+    assert trace.pushes == [(21, 0, "prev"), (21, 0, "next")] and trace.retired == [(21, 0)]
     assert all(c["wait_push_next"] and not c["wait_push_prev"] and c["blocked"] for c in trace.cycles[12:20])
 
 
