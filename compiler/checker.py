@@ -101,7 +101,7 @@ def _ranges(program):
     for k, insn in enumerate(program.instructions):
         where = f"instruction {k} ({type(insn).__name__.upper()})"
         if isinstance(insn, (Load, Store)):
-            if insn.x_size == 0 or insn.y_size == 0:
+            if insn.moves_nothing:
                 continue
             buffer = insn.memory_type.buffer if isinstance(insn, Load) else "out"
             if insn.sram_base + insn.sram_extent > cfg.depth(buffer):

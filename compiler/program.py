@@ -91,7 +91,7 @@ class Program:
             raise ProgramError(f"program image base {base:#x} is not {align}-byte aligned")
         out = []
         for insn in self.instructions:
-            if isinstance(insn, (isa.Load, isa.Store)) and not (insn.x_size == 0 or insn.y_size == 0):
+            if isinstance(insn, (isa.Load, isa.Store)) and not insn.moves_nothing:
                 shift = base // self.config.elem_bytes(insn.memory_type.dram_elem)
                 insn = insn.replace(dram_base=insn.dram_base + shift)
             out.append(insn)

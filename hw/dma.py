@@ -545,10 +545,11 @@ class ReaderShare(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         clients, reader = self.clients(), self.reader
-        held = Signal()                         # a command waits in `command`, for `held_for`
+        held = Signal()                         # a command waits in `command`
         command = Signal.like(reader.cmd.payload, reset_less=True)
-        held_for = Signal(range(self.count))
         turn = Signal(range(self.count))        # the client whose command the slot takes next
+        # The client whose command is held: the turn moves on as it takes one and stays while held.
+        held_for = [held & (turn == (k + 1) % self.count) for k in range(self.count)]
         owner = Signal(self.count)              # one-hot: the client the reader serves (or served last)
         running = Signal()                      # a transfer of the owner's is in the reader
         with m.If(~held):
@@ -558,10 +559,10 @@ class ReaderShare(wiring.Component):
                     with m.Case(k):
                         m.d.comb += client.cmd.ready.eq(1)
                         with m.If(client.cmd.valid):
-                            m.d.sync += [held.eq(1), held_for.eq(k), command.eq(client.cmd.payload)]
+                            m.d.sync += [held.eq(1), command.eq(client.cmd.payload)]
         m.d.comb += [reader.cmd.valid.eq(held & ~running), reader.cmd.payload.eq(command)]
         with m.If(reader.cmd.valid & reader.cmd.ready):
-            m.d.sync += [held.eq(0), owner.eq(1 << held_for), running.eq(1)]
+            m.d.sync += [held.eq(0), owner.eq(Cat(held_for)), running.eq(1)]
         with m.Elif(running & ~reader.busy):     # (a reader is busy from the cycle after it takes a command)
             m.d.sync += running.eq(0)
         for k, client in enumerate(clients):
@@ -577,7 +578,7 @@ class ReaderShare(wiring.Component):
                 m.d.sync += failed.eq(0)
             m.d.comb += [client.beats.payload.eq(reader.beats.payload),
                          client.beats.valid.eq(mine & reader.beats.valid),
-                         client.busy.eq((mine & reader.busy) | (held & (held_for == k))),
+                         client.busy.eq((mine & reader.busy) | held_for[k]),
                          client.error.eq(failed | fails)]
             with m.If(mine):
                 m.d.comb += reader.beats.ready.eq(client.beats.ready)

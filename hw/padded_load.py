@@ -185,7 +185,7 @@ class PaddedLoad(wiring.Component):
         # A LOAD of no elements, decided at the start (retiring it is then a register, not two compares of
         # the instruction's sizes on the path into the command queues).
         # (a register computed every cycle, as the padded sizes: it decides whether the check starts)
-        nothing_now = pipe(m, (insn.x_size == 0) | (insn.y_size == 0), "nothing_now", data=True)
+        nothing_now = pipe(m, isa.moves_nothing(insn), "nothing_now", data=True)
         nothing = Signal(reset_less=True)
 
         def advanced(counter, inside, axis):

@@ -99,6 +99,10 @@ class Sequencer(wiring.Component):
         """Every token ``h`` pops is there: a stream never pops a token that was not pushed."""
         return (~h.pop_prev | self.prev.pop_ready) & (~h.pop_next | self.next.pop_ready)
 
+    def _room(self, push_prev, push_next):
+        """Every queue pushed into (as ``push_prev``/``push_next`` say) has room."""
+        return (~push_prev | self.prev.push_ready) & (~push_next | self.next.push_ready)
+
     def elaborate(self, platform):
         m = Module()
         h = self.insn
@@ -113,13 +117,13 @@ class Sequencer(wiring.Component):
         # PUSH reads the push flags from registers of its own, taken during EXECUTE: the pop as it retires
         # depends on them, and the head's flags lay far from the token queues (on the 85F at 100 MHz, 11 ns).
         push_prev, push_next = Signal(), Signal()
-        pushes_ready = (~push_prev | self.prev.push_ready) & (~push_next | self.next.push_ready)
+        pushes_ready = self._room(push_prev, push_next)
         # Whether PUSH may push, registered like `may_start` and from the head's flags (stable while the
         # instruction runs): it takes the instruction off its queue, whose head register loads on it (on
         # the 85F at 100 MHz the push flags reached that register's enables, 12.7 ns). A stale yes is still
         # true: only this stream's own push takes room away. A stale no costs a cycle.
         may_push = Signal()
-        m.d.sync += may_push.eq((~h.push_prev | self.prev.push_ready) & (~h.push_next | self.next.push_ready))
+        m.d.sync += may_push.eq(self._room(h.push_prev, h.push_next))
         m.d.comb += [self.insn.eq(self.cmd.payload.insn), self.index.eq(self.cmd.payload.index)]
         with m.FSM() as fsm:
             with m.State("IDLE"):

@@ -124,7 +124,7 @@ class StoreUnit(wiring.Component):
         error = Signal(isa.ERROR_BITS)
         # Whether the STORE moves nothing, a register (the head is stable from the cycle of `start`): the
         # check's start, which depends on it, then comes from flip-flops alone
-        empty = pipe(m, (insn.x_size == 0) | (insn.y_size == 0), "empty", data=True)
+        empty = pipe(m, isa.moves_nothing(insn), "empty", data=True)
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(seq.start):

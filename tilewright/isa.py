@@ -24,7 +24,7 @@ __all__ = [
     "IsaError", "IllegalInstruction", "Instruction", "Load", "Store", "Gemm", "Alu", "Finish",
     "Uop", "FieldLayout", "Format", "instruction_format", "uop_format", "INSTRUCTION_TYPES",
     "encode", "decode", "encode_program", "decode_program", "validate", "fetch_error", "stream_of",
-    "queue_of", "illegal_flags", "dram_end", "padded_rows", "padded_cols", "LOAD_STREAMS",
+    "queue_of", "illegal_flags", "dram_end", "padded_rows", "padded_cols", "moves_nothing", "LOAD_STREAMS",
     "STORE_MEMORY_TYPES", "DEP_FLAGS", "config_problem", "uop_bits", "instruction_layouts", "uop_layout",
     "ERROR_BITS",
 ]
@@ -204,6 +204,11 @@ def padded_cols(load):
     return load.x_pad0 + load.x_size + load.x_pad1
 
 
+def moves_nothing(mem):
+    """A LOAD or STORE of no rows or no elements per row (an instruction or a view of one)."""
+    return (mem.x_size == 0) | (mem.y_size == 0)
+
+
 @dataclass(frozen=True)
 class _Mem(Instruction):
     memory_type: MemType = _field(3, "memory moved (MemType); also the unit of dram_base and x_stride",
@@ -216,7 +221,7 @@ class _Mem(Instruction):
 
     @property
     def moves_nothing(self):
-        return self.x_size == 0 or self.y_size == 0
+        return bool(moves_nothing(self))
 
 
 @dataclass(frozen=True)
