@@ -165,8 +165,12 @@ class HostBridge(wiring.Component):
         m.d.sync += [crc_ok.eq(received_crc == crc), read_in_range.eq(address + count <= self.mem_bytes)]
 
         receiving = Signal()
-        beyond = Signal()               # a MEM_WRITE of `length` bytes at `address` would leave the memory
-        m.d.sync += beyond.eq(address + (length - 4) > self.mem_bytes)
+        # Whether a MEM_WRITE of `length` bytes at `address` would leave the memory, in two register steps
+        # (the sums and the compare in one reached `beyond`: 12.1 ns on the 85F at 100 MHz).
+        last_byte = address + (length - 4)
+        write_end = Signal.like(last_byte)
+        beyond = Signal()
+        m.d.sync += [write_end.eq(last_byte), beyond.eq(write_end > self.mem_bytes)]
         with m.FSM() as fsm:
             with m.State("SYNC"):
                 m.d.comb += rx.ready.eq(1)
@@ -205,10 +209,13 @@ class HostBridge(wiring.Component):
                         with m.If((index >= 4) & (refused == 0)):
                             m.d.sync += [write_pending.eq(1), write_address.eq(address + index - 4),
                                          write_data.eq(byte)]
-            # A MEM_WRITE's address is complete: refuse the whole write now if it cannot be done, in two
+            # A MEM_WRITE's address is complete: refuse the whole write now if it cannot be done, in
             # states taking no byte (the sum and compare, at the byte's arrival, reached the refusal's
             # enable: 11.4 ns on the 85F at 100 MHz; then from registers, through the state, 10.7 ns).
-            with m.State("WRITE_ADDRESS"):         # (`beyond` compares the whole address next cycle)
+            with m.State("WRITE_ADDRESS"):         # (`write_end` sums the whole address next cycle)
+                m.d.comb += receiving.eq(1)
+                m.next = "WRITE_END"
+            with m.State("WRITE_END"):             # (and `beyond` compares it the cycle after)
                 m.d.comb += receiving.eq(1)
                 m.next = "WRITE_RANGE"
             with m.State("WRITE_RANGE"):

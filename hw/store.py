@@ -145,7 +145,7 @@ class StoreUnit(wiring.Component):
                     m.next = "RANGES"
             with m.State("RANGES"):
                 m.d.sync += left.eq(count)
-                with m.If(check.done & (check.error != 0)):
+                with m.If(check.done & check.failed):
                     m.d.comb += [done.eq(1), error.eq(check.error)]
                     m.next = "IDLE"
                 with m.Elif(check.done):

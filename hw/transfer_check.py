@@ -61,9 +61,13 @@ class TransferCheck(wiring.Component):
     guard_lo, guard_hi : In(GUARD_BITS)
         DRAM elements the rows must not reach (a STORE: the running program's), with ``guarded``.
     done : Out(1)
-        One-cycle pulse, :data:`LATENCY` cycles after ``start`` (more when ``serial``).
+        One-cycle pulse, :data:`LATENCY` cycles after ``start`` (more when ``serial``), from a register.
     error : Out(ERROR_BITS)
         Valid with ``done``.
+    failed : Out(1)
+        ``error != 0``, valid with ``done``, from a register: what a stream's next state depends on
+        (on the 85F at 100 MHz the state's decode and the error's compare reached the LOAD sequencer's
+        state register, 11 ns).
     extent : Out
         ``rows·cols``, valid with ``done``.
     """
@@ -82,7 +86,7 @@ class TransferCheck(wiring.Component):
             "depth": In(sram_bits + 1),
             "dram_base": In(isa.DRAM_ADDR_BITS), "x_size": In(isa.SIZE_BITS), "y_size": In(isa.SIZE_BITS),
             "x_stride": In(isa.SIZE_BITS), "dram_limit": In(isa.DRAM_ADDR_BITS + 1),
-            "done": Out(1), "error": Out(ERROR_BITS), "extent": Out(self.product_bits),
+            "done": Out(1), "error": Out(ERROR_BITS), "failed": Out(1), "extent": Out(self.product_bits),
         }
         if guarded:
             members |= {"guard_lo": In(GUARD_BITS), "guard_hi": In(GUARD_BITS)}
@@ -131,6 +135,7 @@ class TransferCheck(wiring.Component):
         sram_bad = Signal()
         bus_bad = Signal()
         guard_bad = Signal()
+        m.d.sync += self.done.eq(0)
         # y_size - 1, subtracted as the check starts: AREA's operands then come from registers and the
         # instruction's fields alone (on the 85F the store's queue head reached `a` through it: 12 ns)
         span_rows = Signal(isa.SIZE_BITS, reset_less=True)
@@ -156,13 +161,13 @@ class TransferCheck(wiring.Component):
                     m.next = "COMPARE"
             with m.State("COMPARE"):
                 # (the limit and the guarded range lie below 2**W: their bits above it are 0)
-                m.d.sync += [sram_bad.eq(sram_over | (sram_end > self.depth)),
-                             bus_bad.eq(end_over | (dram_end > self.dram_limit[:W + 1]))]
-                if self.guarded:
-                    m.d.sync += guard_bad.eq(~base_over & (base < self.guard_hi[:W + 1])
-                                             & (dram_end > self.guard_lo[:W + 1]))
+                bad = {"sram": sram_over | (sram_end > self.depth),
+                       "bus": end_over | (dram_end > self.dram_limit[:W + 1]),
+                       "guard": (~base_over & (base < self.guard_hi[:W + 1]) & (dram_end > self.guard_lo[:W + 1])
+                                 if self.guarded else 0)}
+                m.d.sync += [sram_bad.eq(bad["sram"]), bus_bad.eq(bad["bus"]), guard_bad.eq(bad["guard"]),
+                             self.failed.eq(bad["sram"] | bad["bus"] | bad["guard"]), self.done.eq(1)]
                 m.next = "DONE"
             with m.State("DONE"):
-                m.d.comb += self.done.eq(1)
                 m.next = "IDLE"
         return m

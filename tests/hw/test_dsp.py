@@ -70,3 +70,47 @@ def test_ice40_gemm_products_in_pairs(cfg, blocks):
     cells = re.findall(r"cell \\SB_MAC16 .*?\n  end", il, flags=re.S)
     assert len(cells) == blocks == (cfg.macs_per_cycle // 2 if cfg.macs_per_cycle < OPERAND_COPIES_FROM else 0)
     assert all("parameter \\MODE_8x8 1" in cell for cell in cells)
+
+
+def _mult_cells(il):
+    """Each MULT18X18D cell of an RTLIL text: its parameters and connections."""
+    cells = re.findall(r"cell \\MULT18X18D .*?\n  end", il, flags=re.S)
+    return [dict(re.findall(r"(?:parameter|connect) \\(\w+) (.+)", cell)) for cell in cells]
+
+
+def test_ecp5_products_take_their_operand_copies_into_the_dsp(tmp_path):
+    """Elaborated for the ULX3S, a GEMM of 64 products takes each from a MULT18X18D whose A and B
+    registers are its operand copies (no fabric copies), connected as Yosys connects the block it maps a
+    plain signed ``*`` to: the same signs and sources, the operands sign-extended to 18 bits, no
+    product register."""
+    cfg = PRESETS["slim"]
+    assert cfg.macs_per_cycle >= OPERAND_COPIES_FROM
+    il = rtlil.convert(ComputeCore(cfg), name="top", platform=get_board("ulx3s-85f").platform_class())
+    cells = _mult_cells(il)
+    assert len(cells) == cfg.macs_per_cycle
+    assert not re.search(r"wire .*\\(inp|wgt)_\d+_replica", il)
+    for cell in cells:
+        assert (cell["REG_INPUTA_CLK"], cell["REG_INPUTB_CLK"]) == ('"CLK0"', '"CLK0"')
+        assert (cell["REG_PIPELINE_CLK"], cell["REG_OUTPUT_CLK"]) == ('"NONE"', '"NONE"')
+        assert cell["CE0"] == "1'1" and cell["RST0"] == "1'0"
+
+    class _Product(wiring.Component):
+        a: In(signed(cfg.inp_width))
+        b: In(signed(cfg.wgt_width))
+        p: Out(signed(cfg.inp_width + cfg.wgt_width))
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.p.eq(self.a * self.b)
+            return m
+    (tmp_path / "product.il").write_text(rtlil.convert(_Product(), name="top"))
+    subprocess.run([tool("yosys"), "-q", "-p", "read_rtlil product.il; synth_ecp5 -top top; write_rtlil mapped.il"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    [mapped] = _mult_cells((tmp_path / "mapped.il").read_text())
+    for cell in cells:
+        for pin in ("SIGNEDA", "SIGNEDB", "SOURCEA", "SOURCEB"):
+            assert cell[pin] == mapped[pin], pin
+        # A and B above the operand's width repeat its sign bit, in both
+        for operand, width in (("A", cfg.inp_width), ("B", cfg.wgt_width)):
+            assert len({cell[f"{operand}{k}"] for k in range(width - 1, 18)}) == 1
+            assert len({mapped[f"{operand}{k}"] for k in range(width - 1, 18)}) == 1
