@@ -105,7 +105,7 @@ class OnChipMemory(wiring.Component):
             slice_channel(m, "host_slice", self.host, host, payload=("addr", "write", "wdata"))
             m.d.comb += [self.host.rvalid.eq(host.rvalid), self.host.rdata.eq(host.rdata)]
 
-        # -- read data: RAM · register · FIFO · R ----------------------------------------------
+        # -- read data: RAM · register (two with `input_register`) · FIFO · R ------------------------
         # The RAM's output is registered before anything uses it and R is fed from a small FIFO, so
         # neither the R handshake nor the accelerator's logic lies on a path through the RAM (spread
         # over dozens of block RAMs, those paths are long). A beat is read only when the FIFO has room

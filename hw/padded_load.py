@@ -234,7 +234,7 @@ class PaddedLoad(wiring.Component):
             m.d.comb += [port.addr.eq(w_addr), port.data.eq(one_of(w_selected, datas)),
                          port.en.eq(Mux(w_en, one_of(w_selected, masks), 0))]
 
-        # The reader's command, in bytes. On the large FPGAs from registers computed every cycle, like
+        # The reader's command, in bytes. Except on the small FPGAs from registers computed every cycle, like
         # `rows` and `cols` (it is asked for after the check, many cycles after the start): on the 85F at
         # 100 MHz the choice by memory type lay between the instruction and the reader share's register
         # of the held command, 11.1 ns.

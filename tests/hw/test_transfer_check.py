@@ -91,6 +91,7 @@ def test_checks_match_the_reference(serial, limit_bits):
                 cycles += 1
                 assert cycles < 100
             assert ctx.get(dut.error) == expected(case), case
+            assert ctx.get(dut.failed) == (expected(case) != 0), case
             if ctx.get(dut.error) != ErrorCode.SRAM_RANGE:
                 assert ctx.get(dut.extent) == case["rows"] * case["cols"]
             latencies.append(cycles)
