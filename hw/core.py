@@ -279,6 +279,10 @@ class ComputeCore(wiring.Component):
         reset = Signal(reset_less=True)
         overwrite = Signal(reset_less=True)
         use_imm = Signal(reset_less=True)
+        # (a copy of it chooses the immediate for the operand register's every bit; `use_imm` itself
+        # reaches the range and hazard logic before the accumulator's read address, which that fan-out
+        # stretched: 10.1-11 ns on the 85F at 100 MHz)
+        imm_operand = Signal(reset_less=True, name="use_imm_replica_operand")
         # The ALU operation as one flag per operation: the selects and the MUL's timing read a flip-flop,
         # not a compare of the opcode field (on the 85F at 100 MHz that compare led every result bit).
         alu_is = {op: Signal(name=f"alu_is_{op.name.lower()}", reset_less=True) for op in AluOp}
@@ -297,7 +301,8 @@ class ComputeCore(wiring.Component):
         with m.If(self.start):
             m.d.sync += [
                 is_gemm.eq(gemm.opcode == isa.Opcode.GEMM),
-                reset.eq(gemm.reset), overwrite.eq(gemm.overwrite), use_imm.eq(alu.use_imm),
+                reset.eq(gemm.reset), overwrite.eq(gemm.overwrite),
+                use_imm.eq(alu.use_imm), imm_operand.eq(alu.use_imm),
                 *(flag.eq(alu.alu_op == op) for op, flag in alu_is.items()),
                 imm.eq(alu.imm), error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0)),
             ]
@@ -409,6 +414,12 @@ class ComputeCore(wiring.Component):
         ctrl = [(s2_ok & is_gemm, s2_dst[:acc_bits], reset, overwrite)]
         for n in range(levels + 2 + copies):
             ctrl.append(tuple(pipe(m, s, f"g{n}_{k}", data=k > 0) for k, s in enumerate(ctrl[-1])))
+        # On a large GEMM the row read leaves the block RAMs into a register of its own (`row_read`)
+        # before any logic (a DP16KD's clock-to-out is 5.8 ns: on the 85F at 100 MHz its route into the
+        # forwarding multiplexers took 10.6-12.4 ns), so it is read a stage earlier and misses one write
+        # more. `read_dst` is the row of the micro-op the row is read for, `read_stage` the stage reading it.
+        registered_read = copies
+        read_stage = len(ctrl) - (4 if registered_read else 3)
         read_dst = ctrl[-3][1]
         acc_dst = ctrl[-2][1]
         g_valid, g_dst = ctrl[-1][:2]
@@ -424,13 +435,20 @@ class ComputeCore(wiring.Component):
             """``value`` a cycle later, for each lane from a copy of its own (see above)."""
             copies = replicas(m, value, name, copies_per_row, data=True)
             return [copies[lane % copies_per_row] for lane in range(lanes)]
-        lane_valid, lane_reset, lane_overwrite = (per_lane(ctrl[-2][k], f"g_{name}")
-                                                  for k, name in ((0, "valid"), (2, "reset"), (3, "overwrite")))
+        lane_valid = per_lane(ctrl[-2][0], "g_valid")
+        # A sum is one adder of two registers: the row a micro-op overwrites (or resets) is cleared as it
+        # is registered, and a reset's sums as they leave the tree, by the flip-flops' synchronous resets,
+        # each from copies of a flag of the stage before (on the 85F at 100 MHz the multiplexers before
+        # and after the adder led the row register's inputs, 10.8-11.3 ns from the flags).
+        ahead = ctrl[-3]        # (valid, row, reset, overwrite)
+        clear_row = per_lane(ahead[0] & (ahead[2] | ahead[3]), "g_clear_row")
+        clear_sum = per_lane(ahead[2], "g_clear_sum")
         acc_row = Signal(self.acc_shape, reset_less=True)
         g_result = Signal(self.acc_shape)
         for lane, total in enumerate(sums):
-            kept = Mux(lane_overwrite[lane], 0, acc_row[lane])
-            m.d.comb += g_result[lane].eq(Mux(lane_reset[lane], 0, kept + total))
+            with m.If(clear_sum[lane]):
+                m.d.sync += total.eq(0)
+            m.d.comb += g_result[lane].eq(acc_row[lane] + total)
 
         # The results written (GEMM sums or ALU lanes) and the write register they pass through: the
         # accumulator's and OUT's block RAMs are spread over a large part, and their write address, data
@@ -447,19 +465,28 @@ class ComputeCore(wiring.Component):
         wr_dst = pipe(m, write_dst, "wr_dst", data=True)
         wr_data = pipe(m, result, "wr_data", data=True)
         # The row read for the micro-op behind misses the two writes ahead of it: the one computed now
-        # (`g_result`) and the one in the write register (`wr_data`, written this cycle). Which rows match
-        # is compared a cycle ahead, between the stages that will hold them.
+        # (`g_result`) and the one in the write register (`wr_data`, written this cycle); read a stage
+        # earlier, also the one written last cycle (`wr_prev`). Which rows match is compared a cycle
+        # ahead, between the stages that will hold them.
         # (Each lane from copies of its own: the choice reaches every bit of the row. No reset: the row
         # register is data.)
         from_g = per_lane(ctrl[-2][0] & (acc_dst == read_dst), "acc_from_g")
         from_wr = per_lane(g_valid & (g_dst == read_dst), "acc_from_wr")
+        row_read = self.acc_read_a.data
+        forwarded = [(from_g, g_result), (from_wr, wr_data)]
+        if registered_read:
+            row_read = pipe(m, self.acc_read_a.data, "acc_row_read", data=True)
+            written, written_dst = pipe(m, g_valid, "g_written"), pipe(m, g_dst, "g_written_dst", data=True)
+            forwarded.append((per_lane(written & (written_dst == read_dst), "acc_from_prev"),
+                              pipe(m, wr_data, "wr_prev", data=True)))
         for lane in range(lanes):
-            with m.If(from_g[lane]):
-                m.d.sync += acc_row[lane].eq(g_result[lane])
-            with m.Elif(from_wr[lane]):
-                m.d.sync += acc_row[lane].eq(wr_data[lane])
+            with m.If(clear_row[lane]):
+                m.d.sync += acc_row[lane].eq(0)
+            for from_, row in forwarded:
+                with m.Elif(from_[lane]):
+                    m.d.sync += acc_row[lane].eq(row[lane])
             with m.Else():
-                m.d.sync += acc_row[lane].eq(self.acc_read_a.data[lane])
+                m.d.sync += acc_row[lane].eq(row_read[lane])
 
         # -- ALU: S2 operands · S3 op · S4 result · (S5) · write register ------
         # A micro-op's rows are read in S1 (with several passes: in S2, from S2's
@@ -477,6 +504,7 @@ class ComputeCore(wiring.Component):
         width, passes = c.vector_width, c.vector_passes
         a_op = Signal(self.acc_shape, reset_less=True)
         b_op = Signal(self.acc_shape, reset_less=True)
+        a_next, b_next = Signal(self.acc_shape), Signal(self.acc_shape)     # their values next cycle
         x_valid = Signal()          # S3 holds an ALU micro-op
         x_dst = Signal(acc_bits, reset_less=True)
         x_slice = Signal(range(max(passes, 2)), reset_less=True)      # (one bit, unused, with a single pass)
@@ -511,9 +539,16 @@ class ComputeCore(wiring.Component):
         else:       # the slice S3 works on this cycle: the operand registers shift each slice to the bottom
             operands = tuple([op.as_value().word_select(k, c.acc_width).as_signed() for k in range(width)]
                              for op in (a_op, b_op))
+        # On the ECP5 the MUL's DSP blocks hold copies of the operands in their input registers, loaded
+        # with the operand registers' next values (as the GEMM's products do: on the 85F at 100 MHz the
+        # route from an operand register into the DSP column took 4.2 of an 11.9 ns path).
+        dsp_operands = [None] * width
+        if is_ecp5(platform) and not c.serial_mul:
+            dsp_operands = [tuple(v.as_value().word_select(k, c.acc_width) for v in (a_next, b_next))
+                            for k in range(width)]
         alu_lanes = [_AluLane(m, alu_is, a, b, c.acc_width, lane, serial_from=(x_step == 0) if c.serial_mul else None,
-                               reset_less=products_reset_less)
-                     for lane, (a, b) in enumerate(zip(*operands))]
+                               dsp_operands=dsp, reset_less=products_reset_less)
+                     for lane, (a, b, dsp) in enumerate(zip(*operands, dsp_operands))]
         if passes > 1:
             # S5: with several passes the results are registered once more before the write register, so
             # the shifter and the product's sums end in a flip-flop, not at the block RAMs' inputs
@@ -533,7 +568,6 @@ class ComputeCore(wiring.Component):
         # The rows the micro-op in S2 reads next cycle: an ALU of one pass compares its forwarding a cycle
         # ahead against them and registers it.
         next_dst, next_src = (Mux(stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
-        load_imm = [b_op[lane].eq(imm) for lane in range(lanes)]       # (an immediate operand, as a row)
         one_port = alu_reads_one_port(c)
         # With one port S2 reads its destination row first and keeps it in `a_row`, then its source row,
         # each through the GEMM's row register (`acc_row`, which holds the row read a cycle before with
@@ -543,11 +577,21 @@ class ComputeCore(wiring.Component):
         # come.
         s2_reads = Signal(range(4)) if one_port else None
         a_row = Signal(self.acc_shape, reset_less=True) if one_port else self.acc_read_a.data
+        port_row = row_read if registered_read else acc_row     # (the register the block RAMs' read enters)
         if one_port:
             with m.If(s2_reads == 2):
-                m.d.sync += a_row.eq(acc_row)
-        for op, name, row, next_s2_row in ((a_op, "a", a_row, next_dst),
-                                           (b_op, "b", acc_row if one_port else self.acc_read_b.data, next_src)):
+                m.d.sync += a_row.eq(port_row)
+        if passes > 1:
+            # Whether the operand registers take S2's rows or shift a slice down, from copies a lane each
+            # of registers computed from S3's next state (a select reaches every operand bit: on the 85F
+            # at 100 MHz, 11.7 ns from S3's state through it).
+            reload = per_lane(~x_valid_next | (last_next & done_next), "alu_reload")
+            shift = per_lane(done_next, "alu_shift")
+        for op, op_next, name, row, next_s2_row in (
+                (a_op, a_next, "a", a_row, next_dst),
+                (b_op, b_next, "b", port_row if one_port else self.acc_read_b.data, next_src)):
+            def taking(value):      # (b_op takes an immediate operand as a row)
+                return Mux(imm_operand, imm, value) if op is b_op else value
             if passes == 1:
                 # Whether S4 or the write register writes the row of the micro-op in S2 (the read S2
                 # captures sees neither), compared a cycle ahead (against the rows they and S2 will hold)
@@ -555,23 +599,16 @@ class ComputeCore(wiring.Component):
                 forward, forward_wr = Signal(name=f"{name}_forward"), Signal(name=f"{name}_forward_wr")
                 m.d.sync += [forward.eq(x_valid & x_done & (x_dst == next_s2_row)),
                              forward_wr.eq(w_valid & (w_dst == next_s2_row))]
-                if op is b_op:
-                    with m.If(use_imm):
-                        m.d.sync += load_imm
-                with (m.Elif if op is b_op else m.If)(forward):
-                    m.d.sync += op.eq(w_result)
-                with m.Elif(forward_wr):
-                    m.d.sync += op.eq(wr_data)
-                with m.Else():
-                    m.d.sync += op.eq(row)
+                for lane in range(lanes):
+                    taken = Mux(forward, w_result.word_select(lane, c.acc_width),
+                                Mux(forward_wr, wr_data[lane], row[lane]))
+                    m.d.comb += op_next[lane].eq(taking(taken))
             else:       # (a shift, not a select by `x_slice`: no wide multiplexer before the lanes)
-                with m.If(~x_valid | x_final):
-                    m.d.sync += op.eq(row)
-                    if op is b_op:
-                        with m.If(use_imm):
-                            m.d.sync += load_imm
-                with m.Elif(x_done):
-                    m.d.sync += op.eq(op.as_value() >> (width * c.acc_width))
+                for lane in range(lanes):
+                    above = op[lane + width] if lane + width < lanes else 0
+                    kept = Mux(shift[lane], above, op[lane])
+                    m.d.comb += op_next[lane].eq(Mux(reload[lane], taking(row[lane]), kept))
+            m.d.sync += op.eq(op_next)
         if passes == 1:
             m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_final | s2_hazard))
         else:
@@ -610,7 +647,7 @@ class ComputeCore(wiring.Component):
 
         if passes == 1:
             with m.If(is_gemm):
-                m.d.comb += [self.acc_read_a.addr.eq(read_dst), self.acc_read_a.en.eq(1)]
+                m.d.comb += [self.acc_read_a.addr.eq(ctrl[read_stage][1]), self.acc_read_a.en.eq(1)]
             with m.Elif(stall):
                 m.d.comb += [self.acc_read_a.addr.eq(s2_dst), self.acc_read_a.en.eq(1),
                              self.acc_read_b.addr.eq(s2_src), self.acc_read_b.en.eq(1)]
@@ -625,8 +662,7 @@ class ComputeCore(wiring.Component):
             # `is_gemm`'s multiplexer in front of them led the latest paths). `is_gemm` itself is a
             # cycle old there: it changes only as an instruction starts, with nothing of the other kind
             # in flight, and nothing reads the row read in the cycle after.
-            stage = len(ctrl) - 3                       # (read_dst is ctrl[stage]'s row)
-            read_dst_next = ctrl[stage - 1][1] if stage > 0 else next_dst
+            read_dst_next = ctrl[read_stage - 1][1] if read_stage > 0 else next_dst
             s2_row_next = Mux(reads_anew, next_dst, next_src) if one_port else next_dst
             read_a = pipe(m, Mux(is_gemm, read_dst_next, s2_row_next), "acc_read_a_addr", data=True)
             m.d.comb += [self.acc_read_a.addr.eq(read_a), self.acc_read_a.en.eq(1)]
@@ -693,10 +729,12 @@ class _AluLane:
     its shift amount in S3 and shifts in S4. ``op_is`` maps each
     :class:`~tilewright.isa.AluOp` to a flag set while it is the operation.
     ``reset_less``: the MUL's product registers skip the reset (as the
-    GEMM's do; see there).
+    GEMM's do; see there). ``dsp_operands``: on the ECP5, the values ``a``
+    and ``b`` take next cycle, which the MUL's DSP blocks take into their
+    input registers (:func:`~.dsp.ecp5_product`) in place of ``a`` and ``b``.
     """
 
-    def __init__(self, m, op_is, a, b, width, lane, *, serial_from=None, reset_less=False):
+    def __init__(self, m, op_is, a, b, width, lane, *, serial_from=None, dsp_operands=None, reset_less=False):
         shift_bits = (width - 1).bit_length()
         right = Signal(shift_bits, name=f"alu_shr_{lane}")
         left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")
@@ -728,8 +766,19 @@ class _AluLane:
             # (``reset_less`` as the GEMM products are: see there)
             low_product = Signal(2 * half, name=f"alu_mul_ll_{lane}", reset_less=reset_less)
             cross = [Signal(width - half, name=f"alu_mul_{n}_{lane}", reset_less=reset_less) for n in ("lh", "hl")]
-            m.d.sync += [low_product.eq(a_bits[:half] * b_bits[:half]), cross[0].eq(a_bits[:half] * b_bits[half:]),
-                         cross[1].eq(a_bits[half:] * b_bits[:half])]
+            if dsp_operands is None:
+                def multiply(x, y, _):
+                    return x * y
+                halves = a_bits, b_bits
+            else:
+                def multiply(x, y, n):      # (unsigned halves as signed values a bit wider)
+                    return ecp5_product(m, Cat(x, 0).as_signed(), Cat(y, 0).as_signed(),
+                                        name=f"alu_mul_{n}_{lane}_mult")
+                halves = tuple(v.as_unsigned() for v in dsp_operands)
+            an, bn = halves
+            m.d.sync += [low_product.eq(multiply(an[:half], bn[:half], "ll")),
+                         cross[0].eq(multiply(an[:half], bn[half:], "lh")),
+                         cross[1].eq(multiply(an[half:], bn[:half], "hl"))]
             product = (low_product + ((cross[0] + cross[1]) << half))[:width]
         #: What MUL, SHR and the other operations make; ``result`` is the one ``op_is`` flags.
         self.candidates = (product, shifted, other)

@@ -46,6 +46,9 @@ SOFT16 = TINY.replace(name="tiny_soft16", inp_width=16, wgt_width=16, out_width=
 VEC1 = TINY.replace(name="tiny_v1", vector_lanes=1)
 VEC2 = BATCH2.replace(name="tiny_b2_v2", vector_lanes=2)
 VEC4 = BATCH2.replace(name="tiny_b2_v4", vector_lanes=4)
+# 64 products: each from operand copies of its own, and the accumulator's read registered before the
+# forwarding (hw/core.py, `registered_read`); with a two-lane ALU of four passes, reading one port
+WIDE = TINY.replace(name="tiny_8x8_v2", block_in=8, block_out=8, vector_lanes=2)
 # MUL one partial product a cycle: with every lane, and with one lane (passes and steps nested)
 SERIAL = TINY.replace(name="tiny_serial_mul", serial_mul=True)
 SERIAL1 = VEC1.replace(name="tiny_v1_serial_mul", serial_mul=True)
@@ -368,7 +371,7 @@ def test_gemm_two_loop_levels(seed):
     check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2, SOFT, SOFT16, VEC1, VEC2], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, SOFT, SOFT16, VEC1, VEC2, WIDE], ids=lambda c: c.name)
 def test_gemm_other_lane_layouts(cfg):
     """GEMM on a 16-bit accumulator, on batch 2 (lane order b·block_out + o), with products built from
     logic, and beside an ALU of several passes (the accumulator's read address then a register of its own)
@@ -392,17 +395,18 @@ def test_gemm_reset():
     check_against_fsim(insn, contents)
 
 
+@pytest.mark.parametrize("cfg", [TINY, WIDE], ids=lambda c: c.name)
 @pytest.mark.parametrize("seed", range(3))
-def test_gemm_overwrite(seed):
+def test_gemm_overwrite(seed, cfg):
     """GEMM with overwrite replaces every destination by its product (the last micro-op on a repeated row wins)."""
     rng = np.random.default_rng(20 + seed)
-    insn, uops = random_loop(rng, Gemm, n_uops=int(rng.integers(1, 6)), iter_out=int(rng.integers(1, 4)),
+    insn, uops = random_loop(rng, Gemm, cfg, n_uops=int(rng.integers(1, 6)), iter_out=int(rng.integers(1, 4)),
                              iter_in=int(rng.integers(1, 4)), overwrite=True)
     uops[-1] = (uops[0][0],) + uops[-1][1:]            # a repeated destination in every iteration
-    check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
+    check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE], ids=lambda c: c.name)
 @pytest.mark.parametrize("distance", [1, 2, 3, 4, 5, 7])
 def test_gemm_repeated_destination(distance, cfg):
     """Micro-ops writing the row written ``distance`` micro-ops earlier accumulate every product.
@@ -416,7 +420,9 @@ def test_gemm_repeated_destination(distance, cfg):
     """
     rng = np.random.default_rng(100 + distance)
     rows = rng.choice(cfg.acc_depth, distance, replace=False)
-    uops = [(int(rows[u % distance]), int(rng.integers(0, 200)), int(rng.integers(0, 100))) for u in range(12)]
+    # (sources and weights below each buffer's depth less the loops' reach: 19 and 5)
+    uops = [(int(rows[u % distance]), int(rng.integers(0, min(200, cfg.inp_depth - 19))),
+             int(rng.integers(0, min(100, cfg.wgt_depth - 5)))) for u in range(12)]
     insn = Gemm(uop_bgn=20, uop_end=32, iter_out=2, iter_in=3, dst_factor_out=0, dst_factor_in=0,
                 src_factor_out=9, src_factor_in=5, wgt_factor_out=3, wgt_factor_in=1)
     check_against_fsim(insn, with_uops(random_contents(rng, cfg), 20, uops), cfg)
@@ -514,7 +520,7 @@ def test_alu_chain(op, cfg):
 COMPOUNDING_IMM = {AluOp.ADD: 12345, AluOp.SHR: 1, AluOp.MUL: -3}
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL, WIDE], ids=lambda c: c.name)
 @pytest.mark.parametrize("use_imm", [True, False], ids=["imm", "vector"])
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_repeated_destination(op, use_imm, cfg):
@@ -606,7 +612,7 @@ def test_range_errors(insn, uops, code):
     assert (hw["acc"][240:244] == 0).all() and (hw["out"][240:244] == 0).all()
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE], ids=lambda c: c.name)
 def test_instruction_sequence(cfg):
     """GEMM and ALU instructions one after another (each sees the last one's results) match fsim.
 
@@ -653,7 +659,7 @@ def test_one_micro_op_per_cycle(cls, cfg):
     rng = np.random.default_rng(64)
     overhead = {}
     for iter_out, iter_in, n_uops in SHAPES:
-        insn, uops = random_loop(rng, cls, n_uops=n_uops, iter_out=iter_out, iter_in=iter_in,
+        insn, uops = random_loop(rng, cls, cfg, n_uops=n_uops, iter_out=iter_out, iter_in=iter_in,
                                  **({"alu_op": AluOp.ADD} if cls is Alu else {}))
         if cls is Alu:      # rows apart: distinct rows within a micro-op loop, loop factors past them
             insn = replace(insn, dst_factor_out=n_uops * iter_in * 2, dst_factor_in=n_uops * 2, src_factor_out=0,
@@ -666,7 +672,7 @@ def test_one_micro_op_per_cycle(cls, cfg):
         overhead[(iter_out, iter_in, n_uops)] = report["cycles"] - n * passes
     if cls is Gemm:
         insn = Gemm(uop_bgn=0, uop_end=8, iter_out=2, iter_in=4, src_factor_in=1)
-        report = check_against_fsim(insn, with_uops(random_contents(rng, TINY), 0, [(5, u, u) for u in range(8)]))
+        report = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, [(5, u, u) for u in range(8)]), cfg)
         overhead["reduction"] = report["cycles"] - 64
     assert len(overhead) >= 4 and len(set(overhead.values())) == 1, f"cycles - n per shape: {overhead}"
 

@@ -72,9 +72,10 @@ def test_ice40_gemm_products_in_pairs(cfg, blocks):
     assert all("parameter \\MODE_8x8 1" in cell for cell in cells)
 
 
-def _mult_cells(il):
-    """Each MULT18X18D cell of an RTLIL text: its parameters and connections."""
-    cells = re.findall(r"cell \\MULT18X18D .*?\n  end", il, flags=re.S)
+def _mult_cells(il, prefix=""):
+    """Each MULT18X18D cell of an RTLIL text whose name starts with ``prefix``: its parameters and
+    connections."""
+    cells = re.findall(rf"cell \\MULT18X18D \\{prefix}.*?\n  end", il, flags=re.S)
     return [dict(re.findall(r"(?:parameter|connect) \\(\w+) (.+)", cell)) for cell in cells]
 
 
@@ -86,7 +87,7 @@ def test_ecp5_products_take_their_operand_copies_into_the_dsp(tmp_path):
     cfg = PRESETS["slim"]
     assert cfg.macs_per_cycle >= OPERAND_COPIES_FROM
     il = rtlil.convert(ComputeCore(cfg), name="top", platform=get_board("ulx3s-85f").platform_class())
-    cells = _mult_cells(il)
+    cells = _mult_cells(il, "p_")
     assert len(cells) == cfg.macs_per_cycle
     assert not re.search(r"wire .*\\(inp|wgt)_\d+_replica", il)
     for cell in cells:
@@ -114,3 +115,17 @@ def test_ecp5_products_take_their_operand_copies_into_the_dsp(tmp_path):
         for operand, width in (("A", cfg.inp_width), ("B", cfg.wgt_width)):
             assert len({cell[f"{operand}{k}"] for k in range(width - 1, 18)}) == 1
             assert len({mapped[f"{operand}{k}"] for k in range(width - 1, 18)}) == 1
+
+
+def test_ecp5_alu_multiplies_operand_copies_in_the_dsp():
+    """Elaborated for the ULX3S, the ALU's MUL takes its three half-width products per lane from
+    MULT18X18D blocks whose A and B registers hold the operands (their halves, zero-extended: the
+    signs are those of the block Yosys maps a signed ``*`` to, the test above), no product register."""
+    cfg = PRESETS["slim"]
+    il = rtlil.convert(ComputeCore(cfg), name="top", platform=get_board("ulx3s-85f").platform_class())
+    cells = _mult_cells(il, "alu_mul_")
+    assert len(cells) == 3 * cfg.vector_width
+    for cell in cells:
+        assert (cell["REG_INPUTA_CLK"], cell["REG_INPUTB_CLK"], cell["REG_OUTPUT_CLK"]) == ('"CLK0"', '"CLK0"', '"NONE"')
+        assert [cell[f"{operand}{k}"] for operand in "AB" for k in (16, 17)] == ["1'0"] * 4
+        assert all(cell[f"{operand}{k}"] != "1'0" for operand in "AB" for k in range(16))
