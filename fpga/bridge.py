@@ -125,8 +125,8 @@ class HostBridge(wiring.Component):
 
         # A byte sent or received enters the CRC a cycle later, from a register (what is sent is chosen by
         # a multiplexer, and a byte taken depends on the state: on the 85F at 100 MHz the state reached
-        # the CRC through the byte's, 11.1 ns); the next byte sent waits for it, and the next byte
-        # received comes a UART frame (40 cycles at the least) later.
+        # the CRC through the byte's, 11.1 ns); the next byte sent waits for it, and bytes received on
+        # consecutive cycles would still enter in turn (`crc_byte` is one stage of a pipeline).
         crc_byte = Signal(8)
         crc_due = Signal()
         with m.If(crc_due):

@@ -29,11 +29,12 @@ them through one port, acc[dst] first: see :func:`alu_reads_one_port`.)
 
 Every SRAM read is registered before logic uses it: a block RAM's
 clock-to-out is more than half a 100 MHz cycle on the ECP5. The
-accumulator rows a GEMM adds to are read two cycles before the write,
+accumulator rows a GEMM adds to are read two cycles before the write
+(three with 64 products or more, registered as they leave the block RAMs),
 through ports transparent to the write port, and the rows written in
-between (being summed, in the write register) are forwarded into the
-register, so back-to-back GEMM micro-ops on one row need no stall and no
-software help. An ALU of one pass forwards its S4 result and the write
+between (being summed, in the write register, and with 64 products the
+one it wrote last) are forwarded into the row register, so back-to-back
+GEMM micro-ops on one row need no stall and no software help. An ALU of one pass forwards its S4 result and the write
 register into S2's operands. Every result is also written, narrowed to the
 output width, to OUT. ACC and OUT are written from a register (their block
 RAMs are spread over a large FPGA).
@@ -62,7 +63,8 @@ def alu_reads_one_port(cfg):
     """Whether the ALU reads a micro-op's two rows through one accumulator port, one after the other.
 
     So it does where a micro-op spends three cycles or more in S3 (``vector_passes``), which hides most
-    of the reads (four cycles in S2, through the GEMM's row register: a dependent micro-op waits longer),
+    of the reads (four cycles in S2, through the register the block RAMs' read enters: a dependent micro-op
+    waits longer),
     unless the ALU's second port is shared with the requantizing STORE (``lean``):
     the accumulator has one read port fewer, and its block RAMs one copy fewer (16 DP16KD instead of 32
     on `slim`).
@@ -408,8 +410,8 @@ class ComputeCore(wiring.Component):
                 total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
                 sums.append(total)
         # Control rides along the operand (and copy) and product registers and every
-        # registered tree level. The accumulator row is read two stages before the sums are
-        # ready and registered; the row written meanwhile is forwarded into it.
+        # registered tree level. The accumulator row is read two stages (or three, below) before the
+        # sums are ready and registered; the rows written meanwhile are forwarded into it.
         # A micro-op carries its instruction's reset and overwrite flags: the next GEMM may start while it drains.
         ctrl = [(s2_ok & is_gemm, s2_dst[:acc_bits], reset, overwrite)]
         for n in range(levels + 2 + copies):
@@ -424,7 +426,7 @@ class ComputeCore(wiring.Component):
         acc_dst = ctrl[-2][1]
         g_valid, g_dst = ctrl[-1][:2]
         # The last stage's flags reach every bit of the row written: each lane takes them from copies of
-        # its own (`lane_*[lane]`, each the value of ctrl[-1]'s; on the 85F at 100 MHz one register drove
+        # its own (`lane_valid[lane]`, the value of ctrl[-1]'s; on the 85F at 100 MHz one register drove
         # the write register's choice for all 256 bits through 10-12 ns of routing).
         # (They choose data only, so they need no reset: the write enables come from the stages' valid bits.
         # One copy for every lane on the small FPGAs, whose flip-flops are scarce and whose rows are short.)
@@ -570,8 +572,9 @@ class ComputeCore(wiring.Component):
         next_dst, next_src = (Mux(stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
         one_port = alu_reads_one_port(c)
         # With one port S2 reads its destination row first and keeps it in `a_row`, then its source row,
-        # each through the GEMM's row register (`acc_row`, which holds the row read a cycle before with
-        # no GEMM in flight): the block RAMs' outputs then reach one register, not three spread over
+        # each through the register the block RAMs' read enters (`port_row`: the GEMM's row register
+        # `acc_row`, or `row_read` before it, holding the row read a cycle before with no GEMM in
+        # flight): the block RAMs' outputs then reach one register, not three spread over
         # the core (on the 85F at 100 MHz, 11-12 ns). `s2_reads` is 0 while S2 reads its rows anew (it
         # took its micro-op, or a stage ahead has one of them yet to write), and counts up to 3 as they
         # come.

@@ -107,7 +107,8 @@ class StoreUnit(wiring.Component):
         # compare and the queue's room, a sum and a compare, reached the registers `issue` enables, 10.8 ns):
         # whether `left` is 0, kept beside it, and whether the queue has room for one more element
         # besides those in it and on their way to it (`room`: the queue's depth less those, counted down
-        # as an element is issued and up as the writer takes one).
+        # as an element is issued and up as the writer takes one; exact where the sum of the stages' valid
+        # bits counted a requantizing STORE's element of several passes more than once, holding it back).
         issued_all = Signal(reset_less=True)
         room = Signal(range(queue.depth + 1), init=queue.depth)
         has_room = Signal(init=1)
@@ -154,7 +155,7 @@ class StoreUnit(wiring.Component):
                     m.d.comb += check.start.eq(1)
                     m.next = "RANGES"
             with m.State("RANGES"):
-                m.d.sync += [left.eq(count), issued_all.eq(count == 0)]
+                m.d.sync += [left.eq(count), issued_all.eq(0)]     # (a STORE moving nothing ended in CHECK)
                 with m.If(check.done & check.failed):
                     m.d.comb += [done.eq(1), error.eq(check.error)]
                     m.next = "IDLE"
