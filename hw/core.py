@@ -34,8 +34,8 @@ accumulator rows a GEMM adds to are read two cycles before the write
 through ports transparent to the write port, and the rows written in
 between (being summed, in the write register, and with 64 products the
 one it wrote last) are forwarded into the row register, so back-to-back
-GEMM micro-ops on one row need no stall and no software help. An ALU of one pass forwards its S4 result and the write
-register into S2's operands. Every result is also written, narrowed to the
+GEMM micro-ops on one row need no stall and no software help. An ALU of
+one pass forwards its S4 result and the write register into S2's operands. Every result is also written, narrowed to the
 output width, to OUT. ACC and OUT are written from a register (their block
 RAMs are spread over a large FPGA).
 """
@@ -769,16 +769,11 @@ class _AluLane:
             # (``reset_less`` as the GEMM products are: see there)
             low_product = Signal(2 * half, name=f"alu_mul_ll_{lane}", reset_less=reset_less)
             cross = [Signal(width - half, name=f"alu_mul_{n}_{lane}", reset_less=reset_less) for n in ("lh", "hl")]
-            if dsp_operands is None:
-                def multiply(x, y, _):
+            def multiply(x, y, n):      # (on the ECP5 unsigned halves as signed values a bit wider)
+                if dsp_operands is None:
                     return x * y
-                halves = a_bits, b_bits
-            else:
-                def multiply(x, y, n):      # (unsigned halves as signed values a bit wider)
-                    return ecp5_product(m, Cat(x, 0).as_signed(), Cat(y, 0).as_signed(),
-                                        name=f"alu_mul_{n}_{lane}_mult")
-                halves = tuple(v.as_unsigned() for v in dsp_operands)
-            an, bn = halves
+                return ecp5_product(m, Cat(x, 0).as_signed(), Cat(y, 0).as_signed(), name=f"alu_mul_{n}_{lane}_mult")
+            an, bn = (a_bits, b_bits) if dsp_operands is None else (v.as_unsigned() for v in dsp_operands)
             m.d.sync += [low_product.eq(multiply(an[:half], bn[:half], "ll")),
                          cross[0].eq(multiply(an[:half], bn[half:], "lh")),
                          cross[1].eq(multiply(an[half:], bn[:half], "hl"))]
