@@ -8,7 +8,7 @@ micro-op and accumulator SRAMs through ``uop_load`` and ``acc_load``.
 """
 
 from amaranth import Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory, ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
 
@@ -18,7 +18,7 @@ from tilewright.isa import ErrorCode, MemType, Opcode
 from .core import ComputeCore, alu_reads_one_port
 from .padded_load import LoadRequest
 from .pipe import pipe
-from .sequencer import CommandLayout, Sequencer, TokenPort
+from .sequencer import CommandSignature, Sequencer, TokenPort
 from .sram import acc_granularity, alu_granularity, load_granularity, never_reads_while_written, sram_shape
 
 __all__ = ["ComputeUnit"]
@@ -29,7 +29,7 @@ class ComputeUnit(wiring.Component):
 
     Members
     -------
-    cmd : In(stream of CommandLayout)
+    cmd : In(CommandSignature())
     prev : Out(TokenPort)      (l2c pops, c2l pushes)
     next : Out(TokenPort)      (s2c pops, c2s pushes)
     inp_read, wgt_read : In(ReadPort.Signature)
@@ -62,7 +62,7 @@ class ComputeUnit(wiring.Component):
             return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem), **granularity))
 
         super().__init__({
-            "cmd": In(stream.Signature(CommandLayout())),
+            "cmd": In(CommandSignature()),
             "prev": Out(TokenPort()), "next": Out(TokenPort()),
             "inp_read": port(ReadPort, "inp"), "wgt_read": port(ReadPort, "wgt"),
             "out_write": port(WritePort, "out", granularity=alu_granularity(cfg)),
@@ -139,8 +139,13 @@ class ComputeUnit(wiring.Component):
                 "acc8": is_load & (load.memory_type == MemType.ACC8),
                 "core": (opcode == Opcode.GEMM) | (opcode == Opcode.ALU),
                 "finish": opcode == Opcode.FINISH}
-        m.d.comb += [loader.insn.eq(word), loader.start.eq(seq.start & is_load)]
-        m.d.comb += [core.insn.eq(word), core.start.eq(seq.start & kind["core"])]
+        # Which executor a start is for, from registers computed every cycle (the head is stable from the
+        # cycle before the start, which reaches every register the executor loads: on the 85F at 100 MHz
+        # the opcode's compares before it, 10.8-11 ns from the sequencer's state).
+        starts_load = pipe(m, is_load, "starts_load", data=True)
+        starts_core = pipe(m, kind["core"], "starts_core", data=True)
+        m.d.comb += [loader.insn.eq(word), loader.start.eq(seq.start & starts_load)]
+        m.d.comb += [core.insn.eq(word), core.start.eq(seq.start & starts_core)]
 
         # One writer of acc at a time: the compute stream runs one instruction (a LOAD waits for the
         # core's last sums, the core for the LOAD). A LOAD's writes pass the core's write register

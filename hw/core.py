@@ -83,6 +83,13 @@ class LoopGenerator(wiring.Component):
     early; ``hold`` keeps the current output for another cycle; ``start``
     with ``skip`` walks nothing (the instruction failed a check; it reaches
     the walk's running flag alone, not the counters' enables).
+
+    The bounds (``uop_bgn``, ``uop_end``, ``iter_out``, ``iter_in``) are
+    stable from the cycle before ``start``, the factors from ``start``:
+    what the start takes of the bounds (emptiness, second-to-last values)
+    is computed into registers every cycle, so that ``start`` only chooses
+    registers (the instruction comes from a command queue's head, far
+    away: on the 85F at 100 MHz, 10.8 ns from it through those compares).
     """
 
     def __init__(self, *, uop_bits, index_bits):
@@ -136,18 +143,26 @@ class LoopGenerator(wiring.Component):
             self.out.last.eq(last_u & last_i & last_o),
         ]
         m.d.comb += [getattr(self.out, n).eq(off[k]) for k, n in enumerate(names)]
+
+        def ahead(value, name):         # (see the docstring)
+            return pipe(m, value, f"{name}_ahead", data=True)
+        empty = ahead((self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0), "empty")
+        one_uop, one_iter = ahead(self.uop_end == self.uop_bgn + 1, "one_uop"), ahead(self.iter_in == 1, "one_iter")
+        one_out = ahead(self.iter_out == 1, "one_out")
+        penults = [ahead(bound - 2, f"{n}_penult") for bound, n in ((self.uop_end, "u"), (self.iter_in, "i"),
+                                                                     (self.iter_out, "o"))]
         with m.If(self.start):
-            empty = (self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0)
-            one_uop, one_iter = self.uop_end == self.uop_bgn + 1, self.iter_in == 1
             m.d.sync += [running.eq(~empty & ~self.skip), o.eq(0), i.eq(0), u.eq(self.uop_bgn),
-                         u_penult.eq(self.uop_end - 2), i_penult.eq(self.iter_in - 2), o_penult.eq(self.iter_out - 2),
+                         u_penult.eq(penults[0]), i_penult.eq(penults[1]), o_penult.eq(penults[2]),
                          single_u.eq(one_uop), single_i.eq(one_iter),
-                         last_u.eq(one_uop), last_i.eq(one_iter), last_o.eq(self.iter_out == 1)]
+                         last_u.eq(one_uop), last_i.eq(one_iter), last_o.eq(one_out)]
             m.d.sync += [s.eq(0) for s in base + off]
         with m.Elif(running & ~self.hold):
+            # (the counters step on as the walk ends, or stops: they are read only while it runs, so
+            # `stop`, an error's, reaches `running` alone, not their enables: on the 85F at 100 MHz, 10 ns)
             with m.If(self.stop | self.out.last):
                 m.d.sync += running.eq(0)
-            with m.Elif(~last_u):
+            with m.If(~last_u):
                 m.d.sync += [u.eq(u + 1), last_u.eq(u == u_penult)]
             with m.Elif(~last_i):
                 m.d.sync += [u.eq(self.uop_bgn), last_u.eq(single_u), i.eq(i + 1), last_i.eq(i == i_penult)]
@@ -209,6 +224,7 @@ class ComputeCore(wiring.Component):
     start : In(1)
         Begin ``insn`` (a GEMM or ALU word).
     insn : In(128)
+        Stable from the cycle before ``start`` until ``done``.
     done : Out(1)
         One-cycle pulse when the last micro-op has written back. Read only after the start's cycle: in
         it, ``done`` (and ``released``) may still speak of a released GEMM draining before it.
@@ -281,10 +297,11 @@ class ComputeCore(wiring.Component):
         reset = Signal(reset_less=True)
         overwrite = Signal(reset_less=True)
         use_imm = Signal(reset_less=True)
-        # (a copy of it chooses the immediate for the operand register's every bit; `use_imm` itself
-        # reaches the range and hazard logic before the accumulator's read address, which that fan-out
-        # stretched: 10.1-11 ns on the 85F at 100 MHz)
+        # Copies of it: one chooses the immediate for the operand register's every bit, one feeds the hazards
+        # ahead of the accumulator's read address, and `use_imm` itself the range checks (on the 85F at
+        # 100 MHz each fan-out stretched the others' paths: 10.1-11.9 ns).
         imm_operand = Signal(reset_less=True, name="use_imm_replica_operand")
+        imm_hazard = Signal(reset_less=True, name="use_imm_replica_hazard")
         # The ALU operation as one flag per operation: the selects and the MUL's timing read a flip-flop,
         # not a compare of the opcode field (on the 85F at 100 MHz that compare led every result bit).
         alu_is = {op: Signal(name=f"alu_is_{op.name.lower()}", reset_less=True) for op in AluOp}
@@ -294,17 +311,26 @@ class ComputeCore(wiring.Component):
         m.d.comb += [
             loops.uop_bgn.eq(gemm.uop_bgn), loops.uop_end.eq(gemm.uop_end),
             loops.iter_out.eq(gemm.iter_out), loops.iter_in.eq(gemm.iter_in),
-            loops.factors.dst_out.eq(gemm.dst_factor_out), loops.factors.dst_in.eq(gemm.dst_factor_in),
-            loops.factors.src_out.eq(gemm.src_factor_out), loops.factors.src_in.eq(gemm.src_factor_in),
         ]
-        with m.If(gemm.opcode == isa.Opcode.GEMM):
-            m.d.comb += [loops.factors.wgt_out.eq(gemm.wgt_factor_out), loops.factors.wgt_in.eq(gemm.wgt_factor_in)]
-        uop_range_bad = (gemm.uop_bgn > gemm.uop_end) | (gemm.uop_end > c.uop_depth)
+        # The loops' factors from a register loaded every cycle: the instruction is stable from the start,
+        # and the loops first step a cycle after it (the command queue's head lies far from the loops' adders:
+        # on the 85F at 100 MHz, 10 ns from the head through them).
+        factors = Signal.like(loops.factors, reset_less=True)
+        m.d.sync += [
+            factors.dst_out.eq(gemm.dst_factor_out), factors.dst_in.eq(gemm.dst_factor_in),
+            factors.src_out.eq(gemm.src_factor_out), factors.src_in.eq(gemm.src_factor_in),
+            factors.wgt_out.eq(Mux(gemm.opcode == isa.Opcode.GEMM, gemm.wgt_factor_out, 0)),
+            factors.wgt_in.eq(Mux(gemm.opcode == isa.Opcode.GEMM, gemm.wgt_factor_in, 0)),
+        ]
+        m.d.comb += loops.factors.eq(factors)
+        # (a register computed every cycle: the instruction is stable from the cycle before the start)
+        uop_range_bad = pipe(m, (gemm.uop_bgn > gemm.uop_end) | (gemm.uop_end > c.uop_depth), "uop_range_bad",
+                             data=True)
         with m.If(self.start):
             m.d.sync += [
                 is_gemm.eq(gemm.opcode == isa.Opcode.GEMM),
                 reset.eq(gemm.reset), overwrite.eq(gemm.overwrite),
-                use_imm.eq(alu.use_imm), imm_operand.eq(alu.use_imm),
+                use_imm.eq(alu.use_imm), imm_operand.eq(alu.use_imm), imm_hazard.eq(alu.use_imm),
                 *(flag.eq(alu.alu_op == op) for op, flag in alu_is.items()),
                 imm.eq(alu.imm), error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0)),
             ]
@@ -329,9 +355,17 @@ class ComputeCore(wiring.Component):
         # -- S1: indices; the SRAM reads take their low bits ------------------------
         dst, src, wgt = (Signal(len(loops.out[n]) + 1, name=n) for n in ("dst", "src", "wgt"))
         m.d.comb += [dst.eq(uop.dst + s1.dst), src.eq(uop.src + s1.src), wgt.eq(uop.wgt + s1.wgt)]
+        # A large lean GEMM (a board's: see `lean`) reads the inp and wgt SRAMs a cycle later, from address
+        # registers of their own: the sums reached the weights' 15 block RAMs, spread along a column, through
+        # 9-14 ns on the 85F at 100 MHz. Its micro-ops take a cycle longer to drain; a LOAD can overwrite the
+        # rows read no sooner than many cycles after the GEMM is released.
+        late_reads = c.lean and c.macs_per_cycle >= OPERAND_COPIES_FROM
+
+        def read_address(index, name):
+            return pipe(m, index, name, data=True) if late_reads else index
         m.d.comb += [
-            self.inp_read.addr.eq(src), self.inp_read.en.eq(1),
-            self.wgt_read.addr.eq(wgt), self.wgt_read.en.eq(1),
+            self.inp_read.addr.eq(read_address(src, "inp_read_addr")), self.inp_read.en.eq(1),
+            self.wgt_read.addr.eq(read_address(wgt, "wgt_read_addr")), self.wgt_read.en.eq(1),
         ]
 
         # -- S2: range checks, a cycle after the reads they guard -------------------
@@ -414,7 +448,7 @@ class ComputeCore(wiring.Component):
         # sums are ready and registered; the rows written meanwhile are forwarded into it.
         # A micro-op carries its instruction's reset and overwrite flags: the next GEMM may start while it drains.
         ctrl = [(s2_ok & is_gemm, s2_dst[:acc_bits], reset, overwrite)]
-        for n in range(levels + 2 + copies):
+        for n in range(levels + 2 + copies + late_reads):
             ctrl.append(tuple(pipe(m, s, f"g{n}_{k}", data=k > 0) for k, s in enumerate(ctrl[-1])))
         # On a large GEMM the row read leaves the block RAMs into a register of its own (`row_read`)
         # before any logic (a DP16KD's clock-to-out is 5.8 ns: on the 85F at 100 MHz its route into the
@@ -627,7 +661,7 @@ class ComputeCore(wiring.Component):
             # micro-op or a stage will write one of S2's rows (both cases compared, S2 keeping its
             # micro-op or taking S1's, and `stall` choosing between them).
             def reads(rows, row):
-                return (rows[0] == row) | (~use_imm & (rows[1] == row))
+                return (rows[0] == row) | (~imm_hazard & (rows[1] == row))
             held_rows, taken_rows = (s2_dst[:acc_bits], s2_src[:acc_bits]), (dst[:acc_bits], src[:acc_bits])
 
             def hazard_next(if_held, if_taken):     # each: (whether the stage will be busy, its row)

@@ -355,7 +355,11 @@ class _LeanBurstSplitter(_Splitter):
         # bursts are two cycles apart at least (a burst of one beat is the only one that loses by it).
         last_in_row = Signal()
         settled = Signal()
-        m.d.sync += [last_in_row.eq(final_beat[block:] == beat[block:]), settled.eq(1)]
+        # (and, registered as settled says, whether the row is the last: a flip-flop, not a compare of the
+        # row count, in front of the next row's registers' enables)
+        final_row = Signal()
+        m.d.sync += [last_in_row.eq(final_beat[block:] == beat[block:]), final_row.eq(rows_left == 1),
+                     settled.eq(1)]
         last_beat = Mux(last_in_row, final_beat, block_end)
         beats = (last_beat - beat + 1)[:block + 1]
         m.d.comb += [
@@ -366,7 +370,7 @@ class _LeanBurstSplitter(_Splitter):
             self.burst.payload.beats.eq(beats),
             self.burst.payload.lo.eq(start[:shift] if shift else 0),
             self.burst.payload.hi.eq(Mux(last_in_row, row_last[:shift] + 1 if shift else 1, B)),
-            self.burst.payload.last.eq(last_in_row & (rows_left == 1)),
+            self.burst.payload.last.eq(last_in_row & final_row),
             self.request.valid.eq(active & settled & self.burst.ready),
             self.burst.valid.eq(active & settled & self.request.ready),
         ]
@@ -390,7 +394,7 @@ class _LeanBurstSplitter(_Splitter):
         with m.If(self.request.valid & self.request.ready):
             with m.If(~last_in_row):
                 m.d.sync += start.eq((block_end + 1) << shift)      # (the burst ended at its block's end)
-            with m.Elif(rows_left != 1):
+            with m.Elif(~final_row):
                 if compact:
                     following = row_addr + stride
                     m.d.sync += [row_addr.eq(following), start.eq(following), row_end.eq(following + row_bytes)]
@@ -413,7 +417,8 @@ class _LeanBurstSplitter(_Splitter):
                 m.d.comb += [Assert(start >= row_addr), Assert(start < row_end if compact else start <= row_last),
                              Assert((start == row_addr) | ((start[:shift] == 0) if shift else 1))]
                 with m.If(settled):
-                    m.d.comb += Assert(last_in_row == (final_beat <= block_end))
+                    m.d.comb += [Assert(last_in_row == (final_beat <= block_end)),
+                                 Assert(final_row == (rows_left == 1))]
                 if not compact:
                     m.d.comb += [Assert(row_span == (row_bytes - 1)[:bits]),
                                  Assert(row_last == (row_addr + row_span)[:bits]),

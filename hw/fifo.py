@@ -68,10 +68,16 @@ class HeadRegisteredFIFO(wiring.Component):
     ``decode`` (an entry's value to one of ``decoded_width`` bits) adds
     ``r_decoded``, ``decode(r_data)`` (see above). ``lutram`` chooses whether
     the memory is LUT RAM read asynchronously (default: on the ECP5).
+
+    ``pop_copies`` (``n``) adds ``r_en_copies``, ``n`` bits the reader keeps
+    each equal to ``r_en`` (registers of its own, placed apart): where the
+    head is a fabric register (not a block RAM's read register or a
+    fall-through read), it is loaded in ``n`` slices, each on its copy, so
+    that no one net enables the whole head.
     """
 
     def __init__(self, *, width, depth, registered_head=None, lanes=1, decode=None, decoded_width=0,
-                 lutram=None):
+                 lutram=None, pop_copies=0):
         if depth < 2:
             raise ValueError(f"HeadRegisteredFIFO depth must be at least 2, not {depth}")
         if width % lanes or (lanes > 1 and depth > LUTRAM_DEPTH):
@@ -80,11 +86,22 @@ class HeadRegisteredFIFO(wiring.Component):
         self.registered_head = registered_head       # None: all but the Gowin
         self.lutram = lutram                         # None: the ECP5 (LUT RAM read asynchronously)
         self.decode = decode
+        self.pop_copies = pop_copies
         members = {"w_data": In(width // lanes), "w_en": In(1), "w_rdy": Out(1), "written": Out(1),
                    "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "level": Out(range(depth + 1))}
         if decode is not None:
             members["r_decoded"] = Out(decoded_width)
+        if pop_copies:
+            members["r_en_copies"] = In(pop_copies)
         super().__init__(members)
+
+    def _head_slices(self):
+        """The head's slices, each with the pop it loads on: one per copy of ``r_en`` (``pop_copies``),
+        else the whole head on ``r_en``. Returns ``(bits, pop, copy)`` per slice, ``copy`` its number."""
+        if not self.pop_copies:
+            return [(slice(0, self.width), self.r_en, None)]
+        bounds = [self.width * k // self.pop_copies for k in range(self.pop_copies + 1)]
+        return [(slice(bounds[k], bounds[k + 1]), self.r_en_copies[k], k) for k in range(self.pop_copies)]
 
     def _decoded(self, m, entry, *, load=None):
         """``r_decoded`` from ``entry``: ``decode(entry)``, or with ``load`` a register taking it then."""
@@ -139,8 +156,9 @@ class HeadRegisteredFIFO(wiring.Component):
         m.d.comb += self.level.eq(stored + self.r_rdy)
         if lutram:
             head = Signal(self.width, reset_less=True)
-            with m.If(read_inner):
-                m.d.sync += head.eq(r_port.data)
+            for bits, pop, _ in self._head_slices():
+                with m.If((stored != 0) & (~self.r_rdy | pop)):
+                    m.d.sync += head[bits].eq(r_port.data[bits])
             m.d.comb += self.r_data.eq(head)
             self._decoded(m, r_port.data, load=read_inner)
         else:
@@ -187,17 +205,18 @@ class HeadRegisteredFIFO(wiring.Component):
         The decoding is done on ``behind`` (a flip-flop register) as it moves into the head, not on the
         LUT RAM's asynchronous read: on the 85F at 100 MHz the read of a 128-bit entry, spread over 32
         LUT RAMs, and the decoding after it took 13.6 ns. From write to head it takes a cycle more.
-        ``behind`` is refilled only once empty, from flip-flops alone: a pop (``r_en``, which comes from
-        the dispatch) moves it into the head and reaches no further (on the 85F at 100 MHz the pop reached
-        ``behind``'s 128 enables and the LUT RAM's read side, 11.4-11.7 ns). Entries then leave an entry
-        every two cycles, as the block RAM queues' do; the streams take far fewer.
+        ``behind`` is refilled only once empty, from flip-flops alone, and so is the head: a pop (``r_en``,
+        which comes from the dispatch) empties the head and reaches no further (on the 85F at 100 MHz the
+        pop reached ``behind``'s 128 enables and the LUT RAM's read side, 11.4-11.7 ns, then the head's,
+        10.3-11.9 ns). Entries then leave an entry every two cycles, as the block RAM queues' do; the
+        streams take far fewer.
         """
         r_port, stored, consumed = self._ring(m, self.depth - 2, lutram=True)
         behind = Signal(self.width, reset_less=True)
         behind_valid = Signal()
         head = Signal(self.width, reset_less=True)
         head_free = ~self.r_rdy | self.r_en
-        moves = behind_valid & head_free                    # `behind` into the head
+        moves = behind_valid & ~self.r_rdy                  # `behind` into the head
         read = (stored != 0) & ~behind_valid      # the LUT RAM's oldest entry into `behind`
         consumed(read)
         m.d.comb += [self.r_data.eq(head), self.level.eq(stored + behind_valid + self.r_rdy)]
@@ -232,22 +251,34 @@ class HeadRegisteredFIFO(wiring.Component):
         # (`ahead` is empty when an entry arrives: a read is issued only then, and only `arriving` fills it)
         issue = (stored != 0) & ~ahead_valid & ~arriving
         head_free = ~self.r_rdy | self.r_en
-        entering = Mux(ahead_valid, ahead, r_port.data)        # what the head takes next
         load = head_free & (ahead_valid | arriving)
         consumed(issue)
         m.d.comb += [r_port.en.eq(issue), self.r_data.eq(head),
                      self.level.eq(stored + arriving + ahead_valid + self.r_rdy)]
-        self._decoded(m, entering, load=load)
+        self._decoded(m, Mux(ahead_valid, ahead, r_port.data), load=load)
         m.d.sync += arriving.eq(issue)
         with m.If(load):
-            m.d.sync += [head.eq(entering), self.r_rdy.eq(1), ahead_valid.eq(0)]
+            m.d.sync += self.r_rdy.eq(1)
         with m.Elif(head_free):
             m.d.sync += self.r_rdy.eq(0)
         # (`ahead` takes every arriving entry, wanted or not: its enable is a flip-flop's, not the pop's)
         with m.If(arriving):
             m.d.sync += ahead.eq(r_port.data)
-        with m.If(arriving & ~head_free):
-            m.d.sync += ahead_valid.eq(1)
+        # Each slice of the head takes `ahead` or the entry arriving as its own copy of `ahead_valid` says
+        # (on the 85F at 100 MHz the one register choosing for all 160 bits took 11 ns).
+        valids = [ahead_valid]
+        for bits, pop, copy in self._head_slices():
+            valid = ahead_valid
+            if copy is not None:
+                valid = Signal(name=f"ahead_valid_replica{copy}")
+                valids.append(valid)
+            with m.If((~self.r_rdy | pop) & (valid | arriving)):
+                m.d.sync += head[bits].eq(Mux(valid, ahead[bits], r_port.data[bits]))
+        for valid in valids:
+            with m.If(load):
+                m.d.sync += valid.eq(0)
+            with m.If(arriving & ~head_free):
+                m.d.sync += valid.eq(1)
         return m
 
     def _fall_through(self, m):

@@ -1,14 +1,14 @@
 """The load stream: LOAD INP and LOAD WGT into the input and weight SRAMs (through a :class:`PaddedLoad`)."""
 
 from amaranth import Module, Mux
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright import isa
 from tilewright.isa import MemType
 
 from .padded_load import LoadRequest
-from .sequencer import CommandLayout, Sequencer, TokenPort
+from .sequencer import CommandSignature, Sequencer, TokenPort
 
 __all__ = ["LoadUnit"]
 
@@ -18,7 +18,7 @@ class LoadUnit(wiring.Component):
 
     Members
     -------
-    cmd : In(stream of CommandLayout)
+    cmd : In(CommandSignature())
     next : Out(TokenPort)        (c2l pops, l2c pushes)
     dma : Out(LoadRequest)
     halt : In(1)
@@ -30,7 +30,7 @@ class LoadUnit(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
         super().__init__({
-            "cmd": In(stream.Signature(CommandLayout())),
+            "cmd": In(CommandSignature()),
             "next": Out(TokenPort()),
             "dma": Out(LoadRequest(cfg)),
             "halt": In(1),

@@ -113,8 +113,10 @@ class PaddedLoad(wiring.Component):
         m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=self.lean,
                                                    limit_bits=self.addr_width - min(shifts))
 
-        # The instruction's memory type, one-hot, and what it implies.
-        selected = Cat(insn.memory_type == mt for mt in types)
+        # The instruction's memory type, one-hot, and what it implies: a register computed every cycle (the
+        # instruction is stable from the cycle before the start; a shared loader's comes from a register
+        # of the load share, far from the checks and the command it chooses among: 10.3-11.6 ns on the 85F).
+        selected = pipe(m, Cat(insn.memory_type == mt for mt in types), "selected", data=True)
         # The same, registered as the LOAD starts: the paths that move beats and write entries decode a
         # register of their own, not the instruction (which a shared loader selects among streams).
         moving = Signal.like(selected, reset_less=True)
@@ -180,7 +182,10 @@ class PaddedLoad(wiring.Component):
         part = Signal(range(max(*slices, 2)), reset_less=True)  # the slice the next beat fills (unused: whole entries)
         in_data = row_in & col_in
         last_entry = r_last & c_last
-        last_part = per_type([part == n - 1 for n in slices], moving)
+        # Whether `part` is its type's last slice, a flag kept beside it (set at the start, stepped with it):
+        # the choice by `moving` among compares lay on the path that steps the walk (10.5 ns on the 85F).
+        last_part, one_part = Signal(reset_less=True), Signal(reset_less=True)    # (one: entries of one slice)
+        part_penult = Signal.like(part, reset_less=True)                            # the type's slices - 2
 
         # A LOAD of no elements, decided at the start (retiring it is then a register, not two compares of
         # the instruction's sizes on the path into the command queues).
@@ -210,21 +215,24 @@ class PaddedLoad(wiring.Component):
         w_en = Signal()
         w_selected = Signal.like(selected, reset_less=True)
         w_addr = Signal.like(addr, reset_less=True)
-        w_word = Signal(B * 8, reset_less=True)        # the element or beat; 0 in the padding
+        w_word = Signal(B * 8, reset_less=True)        # the element or beat (whatever it is in the padding)
         w_part = Signal.like(part, reset_less=True)
         w_whole = Signal(reset_less=True)              # the whole entry (padding, or an element that fits a beat)
-        m.d.sync += [w_en.eq(write_now), w_selected.eq(moving), w_addr.eq(addr), w_part.eq(part),
-                     w_word.eq(Mux(in_data, word, 0)),
+        m.d.sync += [w_en.eq(write_now), w_selected.eq(moving), w_addr.eq(addr), w_part.eq(part), w_word.eq(word),
                      w_whole.eq(~in_data | per_type([n == 1 for n in slices], moving))]
         for b in self.buffers:
             port = getattr(self, f"write_{b}")
             port_slices = load_slices(self.cfg, b)
+            mine = [k for k, mt in enumerate(types) if mt.buffer == b]
+            # Each buffer's data comes from `w_word` by a register of its own, the type of the data written,
+            # one-hot among the buffer's types, or none in the padding: the data is then 0. (`in_data` chose
+            # every bit of `w_word` before, on the path that steps the walk, 12-13 ns on the 85F at 100 MHz;
+            # one register choosing for every buffer, spread far apart, took 10.9 ns.)
+            w_from = Signal(len(mine), name=f"w_from_{b}", reset_less=True)
+            m.d.sync += w_from.eq(Cat(moving[k] & in_data for k in mine))
             datas, masks = [], []
-            for k, mt in enumerate(types):
-                if mt.buffer != b:
-                    datas.append(0)
-                    masks.append(0)
-                    continue
+            for k in mine:
+                mt = types[k]
                 E = self.elem_bytes[mt]
                 if E <= B:       # whole elements: one entry a write
                     datas.append(self._entry(mt, w_word[:E * 8]))
@@ -234,8 +242,8 @@ class PaddedLoad(wiring.Component):
                     datas.append(entry.replicate(len(port.data.as_value()) // len(entry)))
                     per_slice = port_slices // slices[k]
                     masks.append(Mux(w_whole, (1 << port_slices) - 1, ((1 << per_slice) - 1) << (w_part * per_slice)))
-            m.d.comb += [port.addr.eq(w_addr), port.data.eq(one_of(w_selected, datas)),
-                         port.en.eq(Mux(w_en, one_of(w_selected, masks), 0))]
+            m.d.comb += [port.addr.eq(w_addr), port.data.eq(one_of(w_from, datas)),
+                         port.en.eq(Mux(w_en, one_of(Cat(w_selected[k] for k in mine), masks), 0))]
 
         # The reader's command, in bytes. Except on the small FPGAs from registers computed every cycle, like
         # `rows` and `cols` (it is asked for after the check, many cycles after the start): on the 85F at
@@ -250,28 +258,24 @@ class PaddedLoad(wiring.Component):
             m.d.comb += reader.cmd.payload[name].eq(value)
         m.d.comb += request.bytes_read.eq(per_type([elements << s for s in shifts], moving))
         reader_idle = pipe(m, ~reader.busy, "reader_idle")
+        # With `lean` (the boards' configs) the outcome leaves through registers, a cycle after the FSM decides
+        # it: `done` reaches the streams' sequencers through the load share and, through a fault, the run's
+        # halt (on the 85F at 100 MHz, 10-10.4 ns from the state). It costs a LOAD a cycle.
+        finished, outcome = Signal(), Signal(ERROR_BITS)        # (the FSM's decision)
+        if self.lean:
+            m.d.comb += [request.done.eq(pipe(m, finished, "done")), request.error.eq(pipe(m, outcome, "error"))]
+        else:
+            m.d.comb += [request.done.eq(finished), request.error.eq(outcome)]
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(request.start):
-                    m.d.sync += [r.eq(0), c.eq(0), addr.eq(insn.sram_base), elements.eq(0), part.eq(0),
-                                 row_in.eq(starts["r"]), col_in.eq(starts["c"]), moving.eq(selected)]
-                    for axis, pad0, size in (("r", insn.y_pad0, insn.y_size), ("c", insn.x_pad0, insn.x_size)):
-                        # pad0 - 1 wraps to all ones when pad0 is 0: a value the counter never reaches
-                        m.d.sync += [bound[f"{axis}_enter"].eq(pad0 - 1), bound[f"{axis}_leave"].eq(pad0 + size - 1)]
-                    # (rows - 2 wraps to all ones for one row: a value r never reaches)
-                    m.d.sync += [bound["r_penult"].eq(rows - 2), bound["c_penult"].eq(cols - 2),
-                                 r_last.eq(rows == 1), c_last.eq(cols == 1), single_col.eq(cols == 1)]
-                    # A LOAD that moves nothing retires at once: it must not start the check, which would
-                    # still be busy (and deaf to the next LOAD's start) when the next LOAD comes.
-                    m.d.comb += check.start.eq(~nothing_now)
-                    m.d.sync += nothing.eq(nothing_now)
                     m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If(nothing):
-                    m.d.comb += request.done.eq(1)
+                    m.d.comb += finished.eq(1)
                     m.next = "IDLE"
                 with m.Elif(check.done & check.failed):
-                    m.d.comb += [request.done.eq(1), request.error.eq(check.error)]
+                    m.d.comb += [finished.eq(1), outcome.eq(check.error)]
                     m.next = "IDLE"
                 with m.Elif(check.done):
                     m.d.comb += reader.cmd.valid.eq(1)
@@ -287,7 +291,8 @@ class PaddedLoad(wiring.Component):
                     m.next = "WRITE"
             with m.State("WRITE"):
                 with m.If(write_now & in_data):
-                    m.d.sync += part.eq(Mux(last_part, 0, part + 1))
+                    m.d.sync += [part.eq(Mux(last_part, 0, part + 1)),
+                                 last_part.eq(Mux(last_part, one_part, part == part_penult))]
                 with m.If(entry_done):
                     m.d.sync += addr.eq(addr + 1)
                     with m.If(c_last):
@@ -306,8 +311,27 @@ class PaddedLoad(wiring.Component):
                 # stays down until the next command): on the 85F at 100 MHz the burst splitter's state reached
                 # the compute stream's sequencer and the run's halt through `done` (12.5 ns).
                 with m.If(reader_idle):
-                    m.d.comb += [request.done.eq(1), request.error.eq(Mux(reader.error, ErrorCode.BUS_ERROR, 0))]
+                    m.d.comb += [finished.eq(1), outcome.eq(Mux(reader.error, ErrorCode.BUS_ERROR, 0))]
                     m.next = "IDLE"
+        # A start comes only in IDLE (after the previous LOAD's `done`), so what it loads is loaded on the
+        # start alone, not on a decode of the state too (on the 85F at 100 MHz, 9.6-10.2 ns from the state
+        # to those enables and resets). (After the walk's steps, which it then overrides: before them, it
+        # put its multiplexer behind theirs, 12-13 ns from the walk's flags.)
+        with m.If(request.start):
+            m.d.sync += [r.eq(0), c.eq(0), addr.eq(insn.sram_base), elements.eq(0), part.eq(0),
+                         row_in.eq(starts["r"]), col_in.eq(starts["c"]), moving.eq(selected),
+                         part_penult.eq(per_type([max(n - 2, 0) for n in slices]))]
+            m.d.sync += [flag.eq(per_type([n == 1 for n in slices])) for flag in (last_part, one_part)]
+            for axis, pad0, size in (("r", insn.y_pad0, insn.y_size), ("c", insn.x_pad0, insn.x_size)):
+                # pad0 - 1 wraps to all ones when pad0 is 0: a value the counter never reaches
+                m.d.sync += [bound[f"{axis}_enter"].eq(pad0 - 1), bound[f"{axis}_leave"].eq(pad0 + size - 1)]
+            # (rows - 2 wraps to all ones for one row: a value r never reaches)
+            m.d.sync += [bound["r_penult"].eq(rows - 2), bound["c_penult"].eq(cols - 2),
+                         r_last.eq(rows == 1), c_last.eq(cols == 1), single_col.eq(cols == 1)]
+            # A LOAD that moves nothing retires at once: it must not start the check, which would
+            # still be busy (and deaf to the next LOAD's start) when the next LOAD comes.
+            m.d.comb += check.start.eq(~nothing_now)
+            m.d.sync += nothing.eq(nothing_now)
         return m
 
 
