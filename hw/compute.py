@@ -150,7 +150,7 @@ class ComputeUnit(wiring.Component):
         # One writer of acc at a time: the compute stream runs one instruction (a LOAD waits for the
         # core's last sums, the core for the LOAD). A LOAD's writes pass the core's write register
         # (`acc_loading`, chosen as an instruction starts), so the block RAMs' inputs come from it alone.
-        # Its last write lands the cycle after it is done: before anything can read the row (the next
+        # Its last write lands by the cycle after it is done: before anything can read the row (the next
         # compute instruction starts two cycles later at the earliest, and a token it pushes reaches
         # the store stream no sooner).
         acc_loading = Signal()

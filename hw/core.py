@@ -231,8 +231,9 @@ class ComputeCore(wiring.Component):
     error : Out(ERROR_BITS)
         ``UOP_RANGE`` or ``INDEX_RANGE``, valid with ``done``.
     released : Out(1)
-        A GEMM's micro-ops have all passed their range checks and read their inputs: it can no longer
-        fail, and the next GEMM may start (``start``) while its products and sums drain.
+        A GEMM's micro-ops have all passed their range checks and read their inputs (with the late reads
+        of a lean config, the last in this cycle): it can no longer fail, and the next GEMM may start
+        (``start``) while its products and sums drain.
     idle : Out(1)
         No instruction in flight: anything but a GEMM after a released GEMM waits for this.
     gemm_busy, alu_busy : Out(1)
@@ -316,11 +317,12 @@ class ComputeCore(wiring.Component):
         # and the loops first step a cycle after it (the command queue's head lies far from the loops' adders:
         # on the 85F at 100 MHz, 10 ns from the head through them).
         factors = Signal.like(loops.factors, reset_less=True)
+        a_gemm = gemm.opcode == isa.Opcode.GEMM
         m.d.sync += [
             factors.dst_out.eq(gemm.dst_factor_out), factors.dst_in.eq(gemm.dst_factor_in),
             factors.src_out.eq(gemm.src_factor_out), factors.src_in.eq(gemm.src_factor_in),
-            factors.wgt_out.eq(Mux(gemm.opcode == isa.Opcode.GEMM, gemm.wgt_factor_out, 0)),
-            factors.wgt_in.eq(Mux(gemm.opcode == isa.Opcode.GEMM, gemm.wgt_factor_in, 0)),
+            factors.wgt_out.eq(Mux(a_gemm, gemm.wgt_factor_out, 0)),
+            factors.wgt_in.eq(Mux(a_gemm, gemm.wgt_factor_in, 0)),
         ]
         m.d.comb += loops.factors.eq(factors)
         # (a register computed every cycle: the instruction is stable from the cycle before the start)
@@ -328,7 +330,7 @@ class ComputeCore(wiring.Component):
                              data=True)
         with m.If(self.start):
             m.d.sync += [
-                is_gemm.eq(gemm.opcode == isa.Opcode.GEMM),
+                is_gemm.eq(a_gemm),
                 reset.eq(gemm.reset), overwrite.eq(gemm.overwrite),
                 use_imm.eq(alu.use_imm), imm_operand.eq(alu.use_imm), imm_hazard.eq(alu.use_imm),
                 *(flag.eq(alu.alu_op == op) for op, flag in alu_is.items()),

@@ -71,9 +71,10 @@ class HeadRegisteredFIFO(wiring.Component):
 
     ``pop_copies`` (``n``) adds ``r_en_copies``, ``n`` bits the reader keeps
     each equal to ``r_en`` (registers of its own, placed apart): where the
-    head is a fabric register (not a block RAM's read register or a
-    fall-through read), it is loaded in ``n`` slices, each on its copy, so
-    that no one net enables the whole head.
+    head is a fabric register loaded on a pop (a queue without ``decode``,
+    not a block RAM's read register or a fall-through read), it is loaded
+    in ``n`` slices, each on its copy, so that no one net enables the whole
+    head.
     """
 
     def __init__(self, *, width, depth, registered_head=None, lanes=1, decode=None, decoded_width=0,

@@ -219,7 +219,7 @@ class PaddedLoad(wiring.Component):
         w_part = Signal.like(part, reset_less=True)
         w_whole = Signal(reset_less=True)              # the whole entry (padding, or an element that fits a beat)
         m.d.sync += [w_en.eq(write_now), w_selected.eq(moving), w_addr.eq(addr), w_part.eq(part), w_word.eq(word),
-                     w_whole.eq(~in_data | per_type([n == 1 for n in slices], moving))]
+                     w_whole.eq(~in_data | one_part)]
         for b in self.buffers:
             port = getattr(self, f"write_{b}")
             port_slices = load_slices(self.cfg, b)

@@ -144,12 +144,13 @@ class Sequencer(wiring.Component):
         # the 85F at 100 MHz the push flags reached that register's enables, 12.7 ns). A stale yes is still
         # true: only this stream's own push takes room away. A stale no costs a cycle.
         may_push = Signal()
-        m.d.sync += may_push.eq(self._room(h.push_prev, h.push_next))
+        room = self._room(h.push_prev, h.push_next)
+        m.d.sync += may_push.eq(room)
         m.d.comb += [self.insn.eq(self.cmd.payload.insn), self.index.eq(self.cmd.payload.index)]
         # The pop's registered copies (`cmd.ready_copies`), from the state entered next: the pop is PUSH
         # with `may_push`, whose next value is the room now, or DROP.
         enters_push, enters_drop = Signal(), Signal()
-        pop_next = (enters_push & self._room(h.push_prev, h.push_next)) | enters_drop
+        pop_next = (enters_push & room) | enters_drop
         m.d.comb += self.cmd.ready_copies.eq(Cat(replicas(m, pop_next, "pop", POP_COPIES)))
         with m.FSM() as fsm:
             with m.State("IDLE"):
