@@ -358,7 +358,7 @@ class ComputeCore(wiring.Component):
         dst, src, wgt = (Signal(len(loops.out[n]) + 1, name=n) for n in ("dst", "src", "wgt"))
         m.d.comb += [dst.eq(uop.dst + s1.dst), src.eq(uop.src + s1.src), wgt.eq(uop.wgt + s1.wgt)]
         # A large lean GEMM (a board's: see `lean`) reads the inp and wgt SRAMs a cycle later, from address
-        # registers of their own: the sums reached the weights' 15 block RAMs, spread along a column, through
+        # registers of their own: the sums reached the weights' 16 block RAMs, spread along a column, through
         # 9-14 ns on the 85F at 100 MHz. Its micro-ops take a cycle longer to drain; a LOAD can overwrite the
         # rows read no sooner than many cycles after the GEMM is released.
         late_reads = c.lean and c.macs_per_cycle >= OPERAND_COPIES_FROM
