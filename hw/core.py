@@ -361,7 +361,8 @@ class ComputeCore(wiring.Component):
         # registers of their own: the sums reached the weights' 16 block RAMs, spread along a column, through
         # 9-14 ns on the 85F at 100 MHz. Its micro-ops take a cycle longer to drain; a LOAD can overwrite the
         # rows read no sooner than many cycles after the GEMM is released.
-        late_reads = c.lean and c.macs_per_cycle >= OPERAND_COPIES_FROM
+        copies = c.macs_per_cycle >= OPERAND_COPIES_FROM     # (see the GEMM below)
+        late_reads = c.lean and copies
 
         def read_address(index, name):
             return pipe(m, index, name, data=True) if late_reads else index
@@ -400,10 +401,9 @@ class ComputeCore(wiring.Component):
         # (an iCE40 DSP pair registers its own operands and products, so it reads the SRAMs directly)
         inp_data = pipe(m, self.inp_read.data, "inp_data", data=True)
         wgt_data = pipe(m, self.wgt_read.data, "wgt_data", data=True)
-        # Each input feeds `block_out` products (each weight `batch`): on a large GEMM every product takes
-        # its operands from copies of those registers made a cycle later (chosen by the config alone, so
-        # that its latency does not depend on the platform).
-        copies = c.macs_per_cycle >= OPERAND_COPIES_FROM
+        # Each input feeds `block_out` products (each weight `batch`): on a large GEMM (`copies`) every product
+        # takes its operands from copies of those registers made a cycle later (chosen by the config alone,
+        # so that its latency does not depend on the platform).
         pairs = (is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS) and not copies
         # On the ECP5 a product in a DSP block takes its copies into the block's input registers.
         copies_in_dsp = copies and is_ecp5(platform)

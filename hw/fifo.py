@@ -152,13 +152,15 @@ class HeadRegisteredFIFO(wiring.Component):
         if lutram and self.decode is not None and self.depth >= 3:
             return self._decoded_behind(m)
         r_port, stored, consumed = self._ring(m, self.depth - 1, lutram=lutram)
-        read_inner = (stored != 0) & (~self.r_rdy | self.r_en)
+        def reads(pop):     # (the memory's oldest entry into the head, on `pop` or a copy of it)
+            return (stored != 0) & (~self.r_rdy | pop)
+        read_inner = reads(self.r_en)
         consumed(read_inner)
         m.d.comb += self.level.eq(stored + self.r_rdy)
         if lutram:
             head = Signal(self.width, reset_less=True)
             for bits, pop, _ in self._head_slices():
-                with m.If((stored != 0) & (~self.r_rdy | pop)):
+                with m.If(reads(pop)):
                     m.d.sync += head[bits].eq(r_port.data[bits])
             m.d.comb += self.r_data.eq(head)
             self._decoded(m, r_port.data, load=read_inner)
@@ -252,7 +254,10 @@ class HeadRegisteredFIFO(wiring.Component):
         # (`ahead` is empty when an entry arrives: a read is issued only then, and only `arriving` fills it)
         issue = (stored != 0) & ~ahead_valid & ~arriving
         head_free = ~self.r_rdy | self.r_en
-        load = head_free & (ahead_valid | arriving)
+
+        def loads(pop, valid):      # (the head, or a slice of it, takes an entry: on `pop` or a copy of it)
+            return (~self.r_rdy | pop) & (valid | arriving)
+        load = loads(self.r_en, ahead_valid)
         consumed(issue)
         m.d.comb += [r_port.en.eq(issue), self.r_data.eq(head),
                      self.level.eq(stored + arriving + ahead_valid + self.r_rdy)]
@@ -273,7 +278,7 @@ class HeadRegisteredFIFO(wiring.Component):
             if copy is not None:
                 valid = Signal(name=f"ahead_valid_replica{copy}")
                 valids.append(valid)
-            with m.If((~self.r_rdy | pop) & (valid | arriving)):
+            with m.If(loads(pop, valid)):
                 m.d.sync += head[bits].eq(Mux(valid, ahead[bits], r_port.data[bits]))
         for valid in valids:
             with m.If(load):
