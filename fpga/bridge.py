@@ -108,7 +108,8 @@ class HostBridge(wiring.Component):
         write_pending = Signal()        # a MEM_WRITE byte waiting for the memory port
         write_address = Signal(32)
         write_data = Signal(8)
-        timed_out = silence == self.idle_timeout
+        restart = Signal()              # a byte was taken, or no request was open, last cycle
+        timed_out = (silence == self.idle_timeout) & ~restart
 
         address = header[:32]
         reg_offset = header[:8]
@@ -126,26 +127,30 @@ class HostBridge(wiring.Component):
         # A byte sent or received enters the CRC a cycle later, from a register (what is sent is chosen by
         # a multiplexer, and a byte taken depends on the state: on the 85F at 100 MHz the state reached
         # the CRC through the byte's, 11.1 ns); the next byte sent waits for it, and bytes received on
-        # consecutive cycles would still enter in turn (`crc_byte` is one stage of a pipeline).
-        crc_byte = Signal(8)
-        crc_due = Signal()
+        # consecutive cycles would still enter in turn (`crc_due` is one stage of a pipeline). A byte
+        # received is kept whatever the state, as it is offered (`rx_byte`: the state had reached its
+        # enables, 10.9 ns), a byte sent as it is taken (`sent_byte`).
+        rx_byte, sent_byte = (Signal(8, name=n) for n in ("rx_byte", "sent_byte"))
+        crc_due, crc_of_rx = (Signal(name=n) for n in ("crc_due", "crc_of_rx"))
+        with m.If(rx.valid):
+            m.d.sync += rx_byte.eq(byte)
         with m.If(crc_due):
-            m.d.sync += [crc.eq(crc16_next(crc, crc_byte)), crc_due.eq(0)]
+            m.d.sync += [crc.eq(crc16_next(crc, Mux(crc_of_rx, rx_byte, sent_byte))), crc_due.eq(0)]
 
-        # A payload byte enters the header a cycle after it is taken, from `crc_byte` (on the 85F at 100 MHz
+        # A payload byte enters the header a cycle after it is taken, from `rx_byte` (on the 85F at 100 MHz
         # the state and the byte taken reached the header's enables, 10.3 ns).
         header_due = Signal()
         header_slot = Signal(3)
         m.d.sync += header_due.eq(0)
         with m.If(header_due):
-            m.d.sync += header.word_select(header_slot, 8).eq(crc_byte)
+            m.d.sync += header.word_select(header_slot, 8).eq(rx_byte)
 
         def received(next_state, *, checked=True):
             """Take a byte (into the CRC unless it is the CRC) and go on."""
             m.d.comb += rx.ready.eq(1)
             with m.If(take):
                 if checked:
-                    m.d.sync += [crc_byte.eq(byte), crc_due.eq(1)]
+                    m.d.sync += [crc_due.eq(1), crc_of_rx.eq(1)]
                 m.next = next_state
             with m.Elif(timed_out):
                 m.next = "SYNC"
@@ -166,7 +171,7 @@ class HostBridge(wiring.Component):
             m.d.sync += tx_byte.eq(value)
             with m.If(taken):
                 if checked:
-                    m.d.sync += [crc_byte.eq(tx_byte), crc_due.eq(1)]
+                    m.d.sync += [sent_byte.eq(tx_byte), crc_due.eq(1), crc_of_rx.eq(0)]
                 m.next = next_state
             return taken
 
@@ -189,6 +194,14 @@ class HostBridge(wiring.Component):
                      read_in_range.eq(read_end <= self.mem_bytes)]
 
         receiving = Signal()
+        # Where the payload's index stands, as flags registered every cycle: the index moves only as a
+        # byte is taken (or in states between bytes), and bytes come 10 bit times apart at least (the
+        # compares and the sum reached the state and the index's enables: 10.9 ns on the 85F at 100 MHz).
+        flags = ("in_header", "header_complete", "past_header", "last_payload", "at_length", "writing_mem")
+        in_header, header_complete, past_header, last_payload, at_length, writing_mem = (Signal(name=n) for n in flags)
+        m.d.sync += [in_header.eq(index < 6), header_complete.eq(index == 3), past_header.eq(index >= 4),
+                     last_payload.eq(index + 1 == length), at_length.eq(index == length),
+                     writing_mem.eq(command == Command.MEM_WRITE)]
         # Whether a MEM_WRITE of `length` bytes at `address` would leave the memory, in two register steps
         # (the sums and the compare in one reached `beyond`: 12.1 ns on the 85F at 100 MHz).
         last_byte = address + (length - 4)
@@ -223,14 +236,14 @@ class HostBridge(wiring.Component):
                 received("PAYLOAD")
                 with m.If(take):
                     m.d.sync += index.eq(index + 1)
-                    with m.If(index < 6):
+                    with m.If(in_header):
                         m.d.sync += [header_due.eq(1), header_slot.eq(index[:3])]
-                    with m.If(index + 1 == length):
+                    with m.If(last_payload):
                         m.next = "CRC0"
-                    with m.If(command == Command.MEM_WRITE):
-                        with m.If(index == 3):
+                    with m.If(writing_mem):
+                        with m.If(header_complete):
                             m.next = "WRITE_HEADER"
-                        with m.If((index >= 4) & (refused == 0)):
+                        with m.If(past_header & (refused == 0)):
                             m.d.sync += [write_pending.eq(1), write_address.eq(address + index - 4),
                                          write_data.eq(byte)]
             # A MEM_WRITE's address is complete: refuse the whole write now if it cannot be done, in
@@ -251,7 +264,7 @@ class HostBridge(wiring.Component):
                     m.d.sync += refused.eq(Status.BUSY)
                 with m.Elif(beyond):
                     m.d.sync += refused.eq(Status.BAD_ADDRESS)
-                with m.If(index == length):
+                with m.If(at_length):
                     m.next = "CRC0"
                 with m.Else():
                     m.next = "PAYLOAD"
@@ -344,8 +357,11 @@ class HostBridge(wiring.Component):
                 send(crc[8:], "SYNC", checked=False)
             m.d.comb += self.idle.eq(fsm.ongoing("SYNC") & ~write_pending)
 
-        # A request the host stopped sending is dropped after `idle_timeout` cycles of silence.
-        with m.If(~receiving | take | timed_out):
+        # A request the host stopped sending is dropped after `idle_timeout` cycles of silence. The count
+        # restarts a cycle after a byte, from a register (the state reached the count's reset through the
+        # byte's ready: 12.4 ns on the 85F at 100 MHz), so the timeout comes a cycle later.
+        m.d.sync += restart.eq(~receiving | take)
+        with m.If(restart | timed_out):
             m.d.sync += silence.eq(0)
         with m.Else():
             m.d.sync += silence.eq(silence + 1)

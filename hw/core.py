@@ -309,6 +309,7 @@ class ComputeCore(wiring.Component):
         imm = Signal(signed(c.acc_width), reset_less=True)
         active = Signal()
         error = Signal(isa.ERROR_BITS)
+        failed = Signal()       # error != 0, a flip-flop: what S2 passes on and the loops' stop read it
         m.d.comb += [
             loops.uop_bgn.eq(gemm.uop_bgn), loops.uop_end.eq(gemm.uop_end),
             loops.iter_out.eq(gemm.iter_out), loops.iter_in.eq(gemm.iter_in),
@@ -328,14 +329,20 @@ class ComputeCore(wiring.Component):
         # (a register computed every cycle: the instruction is stable from the cycle before the start)
         uop_range_bad = pipe(m, (gemm.uop_bgn > gemm.uop_end) | (gemm.uop_end > c.uop_depth), "uop_range_bad",
                              data=True)
-        with m.If(self.start):
+        # The instruction's kind and ALU fields load every cycle the core is idle, not on `start`, which
+        # reaches the loops and more (on the 85F at 100 MHz the sequencer's state reached these ~50 enables
+        # through it, 10.6-11.2 ns): the instruction is stable from the cycle before its start. A GEMM
+        # may start while the one before drains (`released`): it keeps `is_gemm`, and the ALU's fields
+        # mean nothing to it. What such a GEMM needs anew, its flags and its error, loads on `start`.
+        with m.If(~active):
             m.d.sync += [
                 is_gemm.eq(a_gemm),
-                reset.eq(gemm.reset), overwrite.eq(gemm.overwrite),
                 use_imm.eq(alu.use_imm), imm_operand.eq(alu.use_imm), imm_hazard.eq(alu.use_imm),
-                *(flag.eq(alu.alu_op == op) for op, flag in alu_is.items()),
-                imm.eq(alu.imm), error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0)),
+                *(flag.eq(alu.alu_op == op) for op, flag in alu_is.items()), imm.eq(alu.imm),
             ]
+        with m.If(self.start):
+            m.d.sync += [reset.eq(gemm.reset), overwrite.eq(gemm.overwrite),
+                         error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0)), failed.eq(uop_range_bad)]
             m.d.comb += [loops.start.eq(1), loops.skip.eq(uop_range_bad)]
             m.d.sync += active.eq(1)
 
@@ -344,7 +351,14 @@ class ComputeCore(wiring.Component):
         # The micro-op is registered as it leaves the SRAM, before any logic uses
         # it: a block RAM's clock-to-out is more than half a 100 MHz cycle.
         stall = Signal()        # (with several passes a register, else from S3's state: see the ALU)
-        m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(~stall), loops.hold.eq(stall)]
+        # With several passes the loops and the micro-op read take `stall` from a copy of their own, and so
+        # does the choice of the rows S2 reads next: it reaches hundreds of enables, and on the 85F at
+        # 100 MHz it reached the loops' counters' enables through 11.3-11.9 ns and the accumulator's
+        # read address through 12.2 ns.
+        loops_stall, rows_stall = ([Signal(name=f"stall_replica_{n}") for n in ("loops", "rows")]
+                                   if c.vector_passes > 1 else [stall, stall])
+        m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(~loops_stall),
+                     loops.hold.eq(loops_stall)]
         uop_valid = Signal()
         uop_loop = Signal.like(loops.out, reset_less=True)
         s1_valid = Signal()
@@ -391,10 +405,10 @@ class ComputeCore(wiring.Component):
             m.d.sync += [s2_dst.eq(dst), s2_src.eq(src), s2_bad.eq(out_of_range),
                          s2_hazard.eq(~is_gemm & s1_valid & s2_valid & reads_row)]
         bad = s2_valid & s2_bad
-        m.d.comb += loops.stop.eq(error != 0)
+        m.d.comb += loops.stop.eq(failed)
         with m.If(bad):
-            m.d.sync += error.eq(ErrorCode.INDEX_RANGE)
-        s2_ok = s2_valid & ~bad & (error == 0)
+            m.d.sync += [error.eq(ErrorCode.INDEX_RANGE), failed.eq(1)]
+        s2_ok = s2_valid & ~s2_bad & ~failed
 
         # -- GEMM: S2 inp/wgt registered · S3 products · tree · accumulate -------
         BI, BO, batch = c.block_in, c.block_out, c.batch
@@ -605,7 +619,7 @@ class ComputeCore(wiring.Component):
             out_valid, out_last, out_dst, out_slice, out_result = w_valid, w_last, w_dst, w_slice, w_result
         # The rows the micro-op in S2 reads next cycle: an ALU of one pass compares its forwarding a cycle
         # ahead against them and registers it.
-        next_dst, next_src = (Mux(stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
+        next_dst, next_src = (Mux(rows_stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
         one_port = alu_reads_one_port(c)
         # With one port S2 reads its destination row first and keeps it in `a_row`, then its source row,
         # each through the register the block RAMs' read enters (`port_row`: the GEMM's row register
@@ -667,7 +681,8 @@ class ComputeCore(wiring.Component):
             held_rows, taken_rows = (s2_dst[:acc_bits], s2_src[:acc_bits]), (dst[:acc_bits], src[:acc_bits])
 
             def hazard_next(if_held, if_taken):     # each: (whether the stage will be busy, its row)
-                return Mux(stall, if_held[0] & reads(held_rows, if_held[1]), if_taken[0] & reads(taken_rows, if_taken[1]))
+                return Mux(rows_stall, if_held[0] & reads(held_rows, if_held[1]),
+                           if_taken[0] & reads(taken_rows, if_taken[1]))
             x_busy = x_valid & ~x_final         # S3 keeps its micro-op next cycle
             s2_moves = s2_ok & ~is_gemm         # (S2's micro-op moves on to S3 when S2 takes S1's)
             hazards = Cat(hazard_next((x_busy, x_dst), (s2_moves | x_busy, Mux(s2_moves, s2_dst[:acc_bits], x_dst))),
@@ -675,14 +690,15 @@ class ComputeCore(wiring.Component):
                           hazard_next(*[(w_valid, w_dst)] * 2),
                           hazard_next(*[(out_valid, out_dst)] * 2))    # (S5's: no GEMM writes meanwhile)
             x_busy_next = x_valid_next & ~(last_next & done_next)
-            reads_anew = ~stall | hazards.any()
+            reads_anew = ~rows_stall | hazards.any()
             if one_port:
                 reads_next = Mux(reads_anew, 0, Mux(s2_reads == 3, 3, s2_reads + 1))
                 m.d.sync += s2_reads.eq(reads_next)
                 rows_next = reads_next == 3         # S2's rows on hand next cycle
             else:
                 rows_next = ~reads_anew
-            m.d.sync += stall.eq(s2_valid_next & ~is_gemm & (~rows_next | x_busy_next))
+            stall_next = s2_valid_next & ~is_gemm & (~rows_next | x_busy_next)
+            m.d.sync += [stall.eq(stall_next), loops_stall.eq(stall_next), rows_stall.eq(stall_next)]
 
         if passes == 1:
             with m.If(is_gemm):
@@ -747,7 +763,7 @@ class ComputeCore(wiring.Component):
         # executes, from the cycle after its start (through `start`, the sequencer's state reached its
         # own next state and the run's halt: 11.4 ns on the 85F at 100 MHz). `active` does: the
         # instruction a GEMM released for starts as that GEMM's sums drain.
-        m.d.comb += self.released.eq(active & is_gemm & ~loops.busy & ~uop_valid & ~s1_valid & ~bad & (error == 0))
+        m.d.comb += self.released.eq(active & is_gemm & ~loops.busy & ~uop_valid & ~s1_valid & ~bad & ~failed)
         with m.If(active & ~loops.busy & ~in_flight):
             m.d.comb += self.done.eq(1)
             with m.If(~self.start):

@@ -131,6 +131,8 @@ class Fetch(wiring.Component):
     error : Out(ERROR_BITS)
     index : Out(32)
         Index of the next instruction to dispatch.
+    last_index : Out(32)
+        Index of the run's last instruction (``count - 1``), a register from the cycle after ``start``.
     done : Out(1)
         Every instruction has been dispatched.
     stalled : Out(1)
@@ -150,7 +152,7 @@ class Fetch(wiring.Component):
             "load": cmd, "compute": cmd, "store": cmd,
             "read": Out(ReadClient(addr_width=addr_width, data_width=cfg.dram_bus_width)),
             "halt": In(1),
-            "fault": Out(1), "error": Out(isa.ERROR_BITS), "index": Out(32),
+            "fault": Out(1), "error": Out(isa.ERROR_BITS), "index": Out(32), "last_index": Out(32),
             "done": Out(1), "stalled": Out(1), "dispatched": Out(1), "busy": Out(1),
         })
 
@@ -248,7 +250,7 @@ class Fetch(wiring.Component):
             self.dispatched.eq(go),
             self.fault.eq(running & (buffer.r_rdy | bus_failed) & ~legal & ~self.halt & ~all_dispatched),
             self.error.eq(Mux(self.fault, error, 0)),
-            self.index.eq(index),
+            self.index.eq(index), self.last_index.eq(last_index),
             self.done.eq(running & all_dispatched),
             self.busy.eq(reader.busy | (arriving != 0)),
             self.stalled.eq(running & buffer.r_rdy & legal & ~target_ready & (arriving == 0) & ~reader.busy),

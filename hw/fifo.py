@@ -58,7 +58,9 @@ class HeadRegisteredFIFO(wiring.Component):
     """``depth`` entries of ``width`` bits whose ``r_data`` is a register (but on the Gowin, see above).
 
     The ports are those of Amaranth's FIFOs (``w_data``, ``w_en``, ``w_rdy``,
-    ``r_data``, ``r_en``, ``r_rdy``, ``level``). With ``lanes > 1`` an entry
+    ``r_data``, ``r_en``, ``r_rdy``, ``level``), and ``behind``: an entry waits
+    behind the head (``level > r_rdy``), from flags rather than the sum that
+    makes ``level``. With ``lanes > 1`` an entry
     is written a lane (``width / lanes`` bits, lowest first) at a time, into
     the memory itself (its write port's granularity): ``w_data`` is one lane,
     each ``w_en`` writes the next, and the entry enters the queue with its
@@ -89,7 +91,8 @@ class HeadRegisteredFIFO(wiring.Component):
         self.decode = decode
         self.pop_copies = pop_copies
         members = {"w_data": In(width // lanes), "w_en": In(1), "w_rdy": Out(1), "written": Out(1),
-                   "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "level": Out(range(depth + 1))}
+                   "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "level": Out(range(depth + 1)),
+                   "behind": Out(1)}
         if decode is not None:
             members["r_decoded"] = Out(decoded_width)
         if pop_copies:
@@ -151,12 +154,12 @@ class HeadRegisteredFIFO(wiring.Component):
         lutram = self.lutram if self.lutram is not None else is_ecp5(platform)
         if lutram and self.decode is not None and self.depth >= 3:
             return self._decoded_behind(m)
-        r_port, stored, consumed = self._ring(m, self.depth - 1, lutram=lutram)
+        r_port, stored, any_stored, consumed = self._ring(m, self.depth - 1, lutram=lutram)
         def reads(pop):     # (the memory's oldest entry into the head, on `pop` or a copy of it)
-            return (stored != 0) & (~self.r_rdy | pop)
+            return any_stored & (~self.r_rdy | pop)
         read_inner = reads(self.r_en)
         consumed(read_inner)
-        m.d.comb += self.level.eq(stored + self.r_rdy)
+        m.d.comb += [self.level.eq(stored + self.r_rdy), self.behind.eq(any_stored)]
         if lutram:
             head = Signal(self.width, reset_less=True)
             for bits, pop, _ in self._head_slices():
@@ -175,16 +178,17 @@ class HeadRegisteredFIFO(wiring.Component):
 
     def _ring(self, m, depth, *, lutram):
         """The memory of ``depth`` entries behind a registered head, with its write side (``w_rdy`` and
-        the write pointer) and its read pointer. Returns ``(r_port, stored, consumed)``, where
-        ``consumed(read)`` (called once) moves the read pointer and the count on the cycles ``read``
-        holds. A LUT RAM is read asynchronously; otherwise the read is synchronous, and of a stored
-        entry only (writes fill a free one)."""
+        the write pointer) and its read pointer. Returns ``(r_port, stored, any_stored, consumed)``, where
+        ``any_stored`` is ``stored != 0`` as a register and ``consumed(read)`` (called once) moves the read
+        pointer and the count on the cycles ``read`` holds. A LUT RAM is read asynchronously; otherwise the
+        read is synchronous, and of a stored entry only (writes fill a free one)."""
         m.submodules.storage = storage = Memory(shape=self.width, depth=depth, init=[],
                                                 attrs={"ram_style": "distributed"} if lutram else None)
         r_port = storage.read_port(domain="comb" if lutram else "sync")
         produce, consume = Signal(range(depth)), Signal(range(depth))
         stored = Signal(range(depth + 1))
         room = Signal(init=1)       # stored != depth, a register: the writer's whole dispatch waits on it
+        any_stored = Signal()       # stored != 0, a register: the reads and `behind` start from it
         write = self._writer(m, storage, produce)
         if not lutram:
             never_reads_while_written(storage)
@@ -199,8 +203,11 @@ class HeadRegisteredFIFO(wiring.Component):
             # on the 85F at 100 MHz the dispatch reached `room` through the sum, 11.1 ns; a write needs room)
             fills = write & ~read & (stored == depth - 1)
             stays_full = ~read & (stored == depth)
-            m.d.sync += [stored.eq(stored + write - read), room.eq(~(fills | stays_full))]
-        return r_port, stored, consumed
+            empties = read & ~write & (stored == 1)
+            stays_empty = ~write & ~any_stored
+            m.d.sync += [stored.eq(stored + write - read), room.eq(~(fills | stays_full)),
+                         any_stored.eq(~(empties | stays_empty))]
+        return r_port, stored, any_stored, consumed
 
     def _decoded_behind(self, m):
         """LUT RAM of ``depth - 2`` entries, a register ``behind`` the head, and the head with its decoding.
@@ -214,15 +221,16 @@ class HeadRegisteredFIFO(wiring.Component):
         10.3-11.9 ns). Entries then leave an entry every two cycles, as the block RAM queues' do; the
         streams take far fewer.
         """
-        r_port, stored, consumed = self._ring(m, self.depth - 2, lutram=True)
+        r_port, stored, any_stored, consumed = self._ring(m, self.depth - 2, lutram=True)
         behind = Signal(self.width, reset_less=True)
         behind_valid = Signal()
         head = Signal(self.width, reset_less=True)
         head_free = ~self.r_rdy | self.r_en
         moves = behind_valid & ~self.r_rdy                  # `behind` into the head
-        read = (stored != 0) & ~behind_valid      # the LUT RAM's oldest entry into `behind`
+        read = any_stored & ~behind_valid       # the LUT RAM's oldest entry into `behind`
         consumed(read)
-        m.d.comb += [self.r_data.eq(head), self.level.eq(stored + behind_valid + self.r_rdy)]
+        m.d.comb += [self.r_data.eq(head), self.level.eq(stored + behind_valid + self.r_rdy),
+                     self.behind.eq(any_stored | behind_valid)]
         self._decoded(m, behind, load=moves)
         with m.If(read):
             m.d.sync += [behind.eq(r_port.data), behind_valid.eq(1)]
@@ -246,13 +254,13 @@ class HeadRegisteredFIFO(wiring.Component):
         cycles after a pop (a block RAM entry is freed as it is read, into ``ahead``), one later than
         before.
         """
-        r_port, stored, consumed = self._ring(m, self.depth - 2, lutram=False)
+        r_port, stored, any_stored, consumed = self._ring(m, self.depth - 2, lutram=False)
         ahead = Signal(self.width, reset_less=True)
         ahead_valid = Signal()
         arriving = Signal()                     # the entry read last cycle is on `r_port.data`
         head = Signal(self.width, reset_less=True)
         # (`ahead` is empty when an entry arrives: a read is issued only then, and only `arriving` fills it)
-        issue = (stored != 0) & ~ahead_valid & ~arriving
+        issue = any_stored & ~ahead_valid & ~arriving
         head_free = ~self.r_rdy | self.r_en
 
         def loads(pop, valid):      # (the head, or a slice of it, takes an entry: on `pop` or a copy of it)
@@ -260,7 +268,8 @@ class HeadRegisteredFIFO(wiring.Component):
         load = loads(self.r_en, ahead_valid)
         consumed(issue)
         m.d.comb += [r_port.en.eq(issue), self.r_data.eq(head),
-                     self.level.eq(stored + arriving + ahead_valid + self.r_rdy)]
+                     self.level.eq(stored + arriving + ahead_valid + self.r_rdy),
+                     self.behind.eq(any_stored | arriving | ahead_valid)]
         self._decoded(m, Mux(ahead_valid, ahead, r_port.data), load=load)
         m.d.sync += arriving.eq(issue)
         with m.If(load):
@@ -294,7 +303,7 @@ class HeadRegisteredFIFO(wiring.Component):
         produce, consume = Signal(range(self.depth)), Signal(range(self.depth))
         write, read = self._writer(m, storage, produce), self.r_en & self.r_rdy
         m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
-                     r_port.addr.eq(consume), self.r_data.eq(r_port.data)]
+                     self.behind.eq(self.level > 1), r_port.addr.eq(consume), self.r_data.eq(r_port.data)]
         self._decoded(m, r_port.data)
         with m.If(write):
             m.d.sync += produce.eq(_advanced(produce, self.depth))

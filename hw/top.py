@@ -94,7 +94,7 @@ class _CommandQueue(wiring.Component):
         m.d.comb += [q.w_data.eq(self.w.payload), q.w_en.eq(self.w.valid), self.w.ready.eq(q.w_rdy),
                      self.r.payload.eq(q.r_data), self.r.valid.eq(q.r_rdy), q.r_en.eq(self.r.ready),
                      q.r_en_copies.eq(self.r.ready_copies),
-                     self.empty.eq(q.level == self.held)]
+                     self.empty.eq(~q.behind & (q.r_rdy == self.held))]
         return m
 
 
@@ -261,10 +261,11 @@ class Datapath(wiring.Component):
         # done its index is the run's count, as latched at the start: the host may write the register meanwhile.)
         # (registered: compute checks it a cycle later; on the 85F the queues' counts reached the compute
         # stream's state through it)
+        # (`fetch.last_index` is `fetch.index - 1` once fetch is done, from a register: no subtractor.)
         tokens_clear = ~Cat(tq.pop_ready for tq in tokens.values()).any()
         m.d.sync += compute.protocol_ok.eq(
             tokens_clear & ~load.busy & ~store.busy & queues["load"].empty & queues["store"].empty
-            & fetch.done & (compute.index == fetch.index - 1))
+            & fetch.done & (compute.index == fetch.last_index))
         with m.If(compute.finished):
             m.d.sync += self.finished.eq(1)
 

@@ -8,6 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from amaranth import Module, Signal, signed
 from amaranth.back import rtlil
@@ -81,9 +82,9 @@ def _mult_cells(il, prefix=""):
 
 def test_ecp5_products_take_their_operand_copies_into_the_dsp(tmp_path):
     """Elaborated for the ULX3S, a GEMM of 64 products takes each from a MULT18X18D whose A and B
-    registers are its operand copies (no fabric copies), connected as Yosys connects the block it maps a
-    plain signed ``*`` to: the same signs and sources, the operands sign-extended to 18 bits, no
-    product register."""
+    registers are its operand copies (no fabric copies), with the signs and sources of the block Yosys
+    maps a plain signed ``*`` to, no product register, and the operands at the top of A and B, zeros
+    below (no sign bit repeated): the product, read from the top of P, is then ``a·b`` exactly."""
     cfg = PRESETS["slim"]
     assert cfg.macs_per_cycle >= OPERAND_COPIES_FROM
     il = rtlil.convert(ComputeCore(cfg), name="top", platform=get_board("ulx3s-85f").platform_class())
@@ -111,10 +112,17 @@ def test_ecp5_products_take_their_operand_copies_into_the_dsp(tmp_path):
     for cell in cells:
         for pin in ("SIGNEDA", "SIGNEDB", "SOURCEA", "SOURCEB"):
             assert cell[pin] == mapped[pin], pin
-        # A and B above the operand's width repeat its sign bit, in both
+        # Yosys's block repeats the sign bit above the operand; ours has the operand at the top, zeros below
         for operand, width in (("A", cfg.inp_width), ("B", cfg.wgt_width)):
-            assert len({cell[f"{operand}{k}"] for k in range(width - 1, 18)}) == 1
             assert len({mapped[f"{operand}{k}"] for k in range(width - 1, 18)}) == 1
+            assert [cell[f"{operand}{k}"] for k in range(18 - width)] == ["1'0"] * (18 - width)
+            assert len({cell[f"{operand}{k}"] for k in range(18 - width, 18)}) == width
+    # (the block's signed 18x18 product of the shifted operands, read from P's top bits, is the product)
+    x, w = np.meshgrid(np.arange(-2 ** (cfg.inp_width - 1), 2 ** (cfg.inp_width - 1), dtype=np.int64),
+                       np.arange(-2 ** (cfg.wgt_width - 1), 2 ** (cfg.wgt_width - 1), dtype=np.int64))
+    p = (x << (18 - cfg.inp_width)) * (w << (18 - cfg.wgt_width))
+    assert np.all((-2 ** 35 <= p) & (p < 2 ** 35))
+    assert np.array_equal(p >> (36 - cfg.inp_width - cfg.wgt_width), x * w)
 
 
 def test_ecp5_alu_multiplies_operand_copies_in_the_dsp():
@@ -127,5 +135,6 @@ def test_ecp5_alu_multiplies_operand_copies_in_the_dsp():
     assert len(cells) == 3 * cfg.vector_width
     for cell in cells:
         assert (cell["REG_INPUTA_CLK"], cell["REG_INPUTB_CLK"], cell["REG_OUTPUT_CLK"]) == ('"CLK0"', '"CLK0"', '"NONE"')
-        assert [cell[f"{operand}{k}"] for operand in "AB" for k in (16, 17)] == ["1'0"] * 4
-        assert all(cell[f"{operand}{k}"] != "1'0" for operand in "AB" for k in range(16))
+        # a 16-bit half and its zero sign bit at the top of A and B (see above), a zero below
+        assert [cell[f"{operand}{k}"] for operand in "AB" for k in (0, 17)] == ["1'0"] * 4
+        assert all(cell[f"{operand}{k}"] != "1'0" for operand in "AB" for k in range(1, 17))

@@ -65,6 +65,7 @@ def _check_against_deque(dut, depth, registered_head, *, copies=0):
                 ctx.set(dut.r_en_copies, (1 << copies) - 1 if r_en else 0)
             w_rdy, r_rdy, r_data, level = ctx.get(dut.w_rdy), ctx.get(dut.r_rdy), ctx.get(dut.r_data), ctx.get(dut.level)
             assert level == len(model) and level <= depth
+            assert ctx.get(dut.behind) == (level > r_rdy)
             # (the registered builds and the block RAM's, which frees an entry as it moves ahead, may lag)
             assert w_rdy == (len(model) < depth) or registered_head or depth > LUTRAM_DEPTH
             assert not w_rdy or len(model) < depth     # never accepts beyond its depth
@@ -101,6 +102,7 @@ def test_entries_written_a_lane_at_a_time(lanes, registered_head):
             ctx.set(dut.r_en, r_en)
             w_rdy, r_rdy = ctx.get(dut.w_rdy), ctx.get(dut.r_rdy)
             assert ctx.get(dut.level) == len(model)
+            assert ctx.get(dut.behind) == (len(model) > r_rdy)
             assert ctx.get(dut.written) == (w_en and w_rdy and lane == lanes - 1)
             if r_rdy:
                 assert ctx.get(dut.r_data) == model[0]
