@@ -126,10 +126,10 @@ class HostBridge(wiring.Component):
 
         # A byte sent or received enters the CRC a cycle later, from a register (what is sent is chosen by
         # a multiplexer, and a byte taken depends on the state: on the 85F at 100 MHz the state reached
-        # the CRC through the byte's, 11.1 ns); the next byte sent waits for it, and bytes received on
-        # consecutive cycles would still enter in turn (`crc_due` is one stage of a pipeline). A byte
-        # received is kept whatever the state, as it is offered (`rx_byte`: the state had reached its
-        # enables, 10.9 ns), a byte sent as it is taken (`sent_byte`).
+        # the CRC through the byte's, 11.1 ns); the next byte sent waits for it. A byte received is kept
+        # whatever the state, as it is offered (`rx_byte`: the state had reached its enables, 10.9 ns), a
+        # byte sent as it is taken (`sent_byte`). (Received bytes come at least 2 cycles apart, as the
+        # UART receiver gives them, 10 bit times: `rx_byte` and the payload's flags below rely on it.)
         rx_byte, sent_byte = (Signal(8, name=n) for n in ("rx_byte", "sent_byte"))
         crc_due, crc_of_rx = (Signal(name=n) for n in ("crc_due", "crc_of_rx"))
         with m.If(rx.valid):

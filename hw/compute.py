@@ -186,7 +186,8 @@ class ComputeUnit(wiring.Component):
         ]
         # A LOAD's bytes are reported the cycle after it retires, from a register of whether it did (the
         # sequencer's state reached the counters' event registers through 10.6 ns on the 85F at 100 MHz).
-        # `bytes_read` holds until the stream's next LOAD starts, cycles later; a LOAD is never the last to retire.
+        # `bytes_read` holds until the stream's next LOAD starts, cycles later, and the counters count until
+        # a run's `busy` has been down a cycle, which falls 3 cycles after FINISH or a fault at the earliest.
         for name in ("uop", "acc", "acc8"):
             retired = pipe(m, seq.retired & kind[name], f"retired_{name}")
             m.d.comb += getattr(self, f"bytes_{name}").eq(Mux(retired, loader.bytes_read, 0))

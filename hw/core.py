@@ -715,8 +715,8 @@ class ComputeCore(wiring.Component):
             # a cycle ahead from the registers' next values. It reaches the 16-32 block RAMs and the
             # logic Yosys builds beside them for reads of a row being written (on the 85F at 100 MHz
             # `is_gemm`'s multiplexer in front of them led the latest paths). `is_gemm` itself is a
-            # cycle old there: it changes only as an instruction starts, with nothing of the other kind
-            # in flight, and nothing reads the row read in the cycle after.
+            # cycle old there: it changes only while the core is idle, with nothing in flight, and
+            # nothing reads the row read in the cycle after.
             read_dst_next = ctrl[read_stage - 1][1] if read_stage > 0 else next_dst
             s2_row_next = Mux(reads_anew, next_dst, next_src) if one_port else next_dst
             read_a = pipe(m, Mux(is_gemm, read_dst_next, s2_row_next), "acc_read_a_addr", data=True)

@@ -58,11 +58,11 @@ class HeadRegisteredFIFO(wiring.Component):
     """``depth`` entries of ``width`` bits whose ``r_data`` is a register (but on the Gowin, see above).
 
     The ports are those of Amaranth's FIFOs (``w_data``, ``w_en``, ``w_rdy``,
-    ``r_data``, ``r_en``, ``r_rdy``, ``level``), and ``behind``: an entry waits
-    behind the head (``level > r_rdy``), from flags rather than the sum that
-    makes ``level``. With ``lanes > 1`` an entry
-    is written a lane (``width / lanes`` bits, lowest first) at a time, into
-    the memory itself (its write port's granularity): ``w_data`` is one lane,
+    ``r_data``, ``r_en``, ``r_rdy``, ``level``), and ``behind``: an entry
+    waits behind the head (``level > r_rdy``), from flags rather than the
+    sum that makes ``level``. With ``lanes > 1`` an entry is written a lane
+    (``width / lanes`` bits, lowest first) at a time, into the memory itself
+    (its write port's granularity): ``w_data`` is one lane,
     each ``w_en`` writes the next, and the entry enters the queue with its
     last lane (``w_rdy``: there is room for a whole entry). ``depth`` is then
     at most :data:`LUTRAM_DEPTH`. ``written`` pulses as an entry enters.
@@ -222,7 +222,7 @@ class HeadRegisteredFIFO(wiring.Component):
         streams take far fewer.
         """
         r_port, stored, any_stored, consumed = self._ring(m, self.depth - 2, lutram=True)
-        behind = Signal(self.width, reset_less=True)
+        behind = Signal(self.width, reset_less=True)       # (not the port `self.behind`)
         behind_valid = Signal()
         head = Signal(self.width, reset_less=True)
         head_free = ~self.r_rdy | self.r_en

@@ -94,6 +94,7 @@ class _CommandQueue(wiring.Component):
         m.d.comb += [q.w_data.eq(self.w.payload), q.w_en.eq(self.w.valid), self.w.ready.eq(q.w_rdy),
                      self.r.payload.eq(q.r_data), self.r.valid.eq(q.r_rdy), q.r_en.eq(self.r.ready),
                      q.r_en_copies.eq(self.r.ready_copies),
+                     # (`held` implies the head: a sequencer is busy only with its queue's head valid)
                      self.empty.eq(~q.behind & (q.r_rdy == self.held))]
         return m
 
