@@ -7,7 +7,7 @@ AXI4-Lite registers or the on-chip memory, and sends the reply.
 
 import struct
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -132,10 +132,18 @@ class HostBridge(wiring.Component):
         # UART receiver gives them, 10 bit times: `rx_byte` and the payload's flags below rely on it.)
         rx_byte, sent_byte = (Signal(8, name=n) for n in ("rx_byte", "sent_byte"))
         crc_due, crc_of_rx = (Signal(name=n) for n in ("crc_due", "crc_of_rx"))
+        # A frame (a request's sync byte taken, or a reply begun) restarts the CRC and clears the index a
+        # cycle later, from a register (the state, the byte's compare and EXECUTE's checks reached the
+        # CRC's inputs and the index's enables: 10.4-10.9 ns on the 85F at 100 MHz). Neither is read
+        # before the frame's next byte, taken cycles later (the index: not before the payload).
+        frame_start = Signal()
+        m.d.sync += frame_start.eq(0)
         with m.If(rx.valid):
             m.d.sync += rx_byte.eq(byte)
         with m.If(crc_due):
             m.d.sync += [crc.eq(crc16_next(crc, Mux(crc_of_rx, rx_byte, sent_byte))), crc_due.eq(0)]
+        with m.If(frame_start):
+            m.d.sync += [crc.eq(protocol.CRC_INIT), index.eq(0)]
 
         # A payload byte enters the header a cycle after it is taken, from `rx_byte` (on the 85F at 100 MHz
         # the state and the byte taken reached the header's enables, 10.3 ns).
@@ -175,9 +183,17 @@ class HostBridge(wiring.Component):
                 m.next = next_state
             return taken
 
+        # Whether the reply's payload is all sent (`index == reply_length`), kept beside them: the compare
+        # lay on the path into the index's enables.
+        reply_end = Signal()
+
         def reply(code, length=0):
-            m.d.sync += [status.eq(code), reply_length.eq(length), crc.eq(protocol.CRC_INIT), index.eq(0)]
+            m.d.sync += [status.eq(code), reply_length.eq(length), frame_start.eq(1),
+                         reply_end.eq(Value.cast(length) == 0)]
             m.next = "TX_SYNC"
+
+        def sent_payload_byte():
+            m.d.sync += [index.eq(index + 1), reply_end.eq(index + 1 == reply_length)]
 
         # What EXECUTE decides on, from registers: the request is complete a cycle (CHECK) before.
         crc_ok, length_ok, read_in_range = Signal(), Signal(), Signal()
@@ -197,11 +213,13 @@ class HostBridge(wiring.Component):
         # Where the payload's index stands, as flags registered every cycle: the index moves only as a
         # byte is taken (or in states between bytes), and bytes come 10 bit times apart at least (the
         # compares and the sum reached the state and the index's enables: 10.9 ns on the 85F at 100 MHz).
-        flags = ("in_header", "header_complete", "past_header", "last_payload", "at_length", "writing_mem")
-        in_header, header_complete, past_header, last_payload, at_length, writing_mem = (Signal(name=n) for n in flags)
+        flags = ("in_header", "header_complete", "past_header", "last_payload", "at_length", "writing_mem",
+                 "reading_mem")
+        in_header, header_complete, past_header, last_payload, at_length, writing_mem, reading_mem = (
+            Signal(name=n) for n in flags)
         m.d.sync += [in_header.eq(index < 6), header_complete.eq(index == 3), past_header.eq(index >= 4),
                      last_payload.eq(index + 1 == length), at_length.eq(index == length),
-                     writing_mem.eq(command == Command.MEM_WRITE)]
+                     writing_mem.eq(command == Command.MEM_WRITE), reading_mem.eq(command == Command.MEM_READ)]
         # Whether a MEM_WRITE of `length` bytes at `address` would leave the memory, in two register steps
         # (the sums and the compare in one reached `beyond`: 12.1 ns on the 85F at 100 MHz).
         last_byte = address + (length - 4)
@@ -212,7 +230,7 @@ class HostBridge(wiring.Component):
             with m.State("SYNC"):
                 m.d.comb += rx.ready.eq(1)
                 with m.If(take & (byte == protocol.REQUEST_SYNC)):
-                    m.d.sync += [crc.eq(protocol.CRC_INIT), index.eq(0), refused.eq(0)]
+                    m.d.sync += [frame_start.eq(1), refused.eq(0)]
                     m.next = "COMMAND"
             with m.State("COMMAND"):
                 m.d.comb += receiving.eq(1)
@@ -333,9 +351,9 @@ class HostBridge(wiring.Component):
             with m.State("TX_LENGTH1"):
                 send(reply_length[8:], "TX_PAYLOAD")
             with m.State("TX_PAYLOAD"):
-                with m.If(index == reply_length):
+                with m.If(reply_end):
                     m.next = "TX_CRC0"
-                with m.Elif(command == Command.MEM_READ):
+                with m.Elif(reading_mem):
                     m.d.comb += mem.valid.eq(1)
                     with m.If(mem.ready):
                         m.next = "TX_MEMORY"
@@ -343,14 +361,14 @@ class HostBridge(wiring.Component):
                     source = Mux(command == Command.INFO, info.word_select(index[:5], 8),
                                  value.word_select(index[:2], 8))
                     with m.If(send(source, "TX_PAYLOAD")):
-                        m.d.sync += index.eq(index + 1)
+                        sent_payload_byte()
             with m.State("TX_MEMORY"):
                 with m.If(mem.rvalid):
                     m.d.sync += out_byte.eq(mem.rdata)
                     m.next = "TX_MEMORY_BYTE"
             with m.State("TX_MEMORY_BYTE"):
                 with m.If(send(out_byte, "TX_PAYLOAD")):
-                    m.d.sync += index.eq(index + 1)
+                    sent_payload_byte()
             with m.State("TX_CRC0"):
                 send(crc[:8], "TX_CRC1", checked=False)
             with m.State("TX_CRC1"):

@@ -298,10 +298,12 @@ class ComputeCore(wiring.Component):
         reset = Signal(reset_less=True)
         overwrite = Signal(reset_less=True)
         use_imm = Signal(reset_less=True)
-        # Copies of it: one chooses the immediate for the operand register's every bit, one feeds the hazards
-        # ahead of the accumulator's read address, and `use_imm` itself the range checks (on the 85F at
-        # 100 MHz each fan-out stretched the others' paths: 10.1-11.9 ns).
-        imm_operand = Signal(reset_less=True, name="use_imm_replica_operand")
+        # Copies of it: one a lane (one in all on the small FPGAs) chooses the immediate for that lane's operand
+        # bits, one feeds the hazards ahead of the accumulator's read address, and `use_imm` itself the range
+        # checks (on the 85F at 100 MHz each fan-out stretched the others' paths: 10.1-11.9 ns; one copy for
+        # every lane's bits and the MUL's DSP blocks lay 7.4 ns of routing from one of them).
+        imm_operands = [Signal(reset_less=True, name=f"use_imm_replica_operand{k}")
+                        for k in range(1 if is_small_fpga(platform) else c.batch * c.block_out)]
         imm_hazard = Signal(reset_less=True, name="use_imm_replica_hazard")
         # The ALU operation as one flag per operation: the selects and the MUL's timing read a flip-flop,
         # not a compare of the opcode field (on the 85F at 100 MHz that compare led every result bit).
@@ -337,7 +339,7 @@ class ComputeCore(wiring.Component):
         with m.If(~active):
             m.d.sync += [
                 is_gemm.eq(a_gemm),
-                use_imm.eq(alu.use_imm), imm_operand.eq(alu.use_imm), imm_hazard.eq(alu.use_imm),
+                use_imm.eq(alu.use_imm), imm_hazard.eq(alu.use_imm), *(r.eq(alu.use_imm) for r in imm_operands),
                 *(flag.eq(alu.alu_op == op) for op, flag in alu_is.items()), imm.eq(alu.imm),
             ]
         with m.If(self.start):
@@ -643,8 +645,8 @@ class ComputeCore(wiring.Component):
         for op, op_next, name, row, next_s2_row in (
                 (a_op, a_next, "a", a_row, next_dst),
                 (b_op, b_next, "b", port_row if one_port else self.acc_read_b.data, next_src)):
-            def taking(value):      # (b_op takes an immediate operand as a row)
-                return Mux(imm_operand, imm, value) if op is b_op else value
+            def taking(value, lane):      # (b_op takes an immediate operand as a row)
+                return Mux(imm_operands[lane % len(imm_operands)], imm, value) if op is b_op else value
             if passes == 1:
                 # Whether S4 or the write register writes the row of the micro-op in S2 (the read S2
                 # captures sees neither), compared a cycle ahead (against the rows they and S2 will hold)
@@ -655,12 +657,12 @@ class ComputeCore(wiring.Component):
                 for lane in range(lanes):
                     taken = Mux(forward, w_result.word_select(lane, c.acc_width),
                                 Mux(forward_wr, wr_data[lane], row[lane]))
-                    m.d.comb += op_next[lane].eq(taking(taken))
+                    m.d.comb += op_next[lane].eq(taking(taken, lane))
             else:       # (a shift, not a select by `x_slice`: no wide multiplexer before the lanes)
                 for lane in range(lanes):
                     above = op[lane + width] if lane + width < lanes else 0
                     kept = Mux(shift[lane], above, op[lane])
-                    m.d.comb += op_next[lane].eq(Mux(reload[lane], taking(row[lane]), kept))
+                    m.d.comb += op_next[lane].eq(Mux(reload[lane], taking(row[lane], lane), kept))
             m.d.sync += op.eq(op_next)
         if passes == 1:
             m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_final | s2_hazard))
@@ -754,8 +756,13 @@ class ComputeCore(wiring.Component):
             m.d.comb += self.out_write.data[lane].eq(wr_data[lane][:c.out_width])
 
         # -- completion --------------------------------------------------------
-        in_flight = Cat(uop_valid, s1_valid, s2_valid, x_valid, w_valid, out_valid, *(s[0] for s in ctrl[1:]),
-                        wr_en).any()
+        # Whether a micro-op is in flight, a register computed from the stages' valid bits next cycle (the
+        # OR of the valid bits themselves lay between them and `done`, which reaches the sequencer's state
+        # and, through a fault, the run's halt: 10.3-10.8 ns on the 85F at 100 MHz). Each stage's next
+        # bit is the one before it (held by `stall` in S0-S2); the write register's is `g_valid | out_valid`.
+        valid_next = [Mux(stall, uop_valid, loops.valid & ~loops.stop), Mux(stall, s1_valid, uop_valid),
+                      s2_valid_next, x_valid_next, x_valid & x_done, w_valid, out_valid, *(s[0] for s in ctrl)]
+        in_flight = pipe(m, Cat(valid_next).any(), "in_flight")
         m.d.comb += [self.gemm_busy.eq(active & is_gemm), self.alu_busy.eq(active & ~is_gemm),
                      self.error.eq(error), self.idle.eq(~active)]
         # Released: no micro-op left before the range check, or the last one passing it now.
