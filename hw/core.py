@@ -758,8 +758,10 @@ class ComputeCore(wiring.Component):
         # -- completion --------------------------------------------------------
         # Whether a micro-op is in flight, a register computed from the stages' valid bits next cycle (the
         # OR of the valid bits themselves lay between them and `done`, which reaches the sequencer's state
-        # and, through a fault, the run's halt: 10.3-10.8 ns on the 85F at 100 MHz). Each stage's next
-        # bit is the one before it (held by `stall` in S0-S2); the write register's is `g_valid | out_valid`.
+        # and, through a fault, the run's halt: 10.3-10.8 ns on the 85F at 100 MHz). The list holds what
+        # each valid register takes next: S0-S2's held by `stall`, S3's `x_valid_next`, S4's `x_valid &
+        # x_done`, S5's `w_valid`, the GEMM stages' the stage before (the first `s2_ok & is_gemm`), and
+        # the write register's `g_valid | out_valid` (with one pass `out_valid` is `w_valid` itself).
         valid_next = [Mux(stall, uop_valid, loops.valid & ~loops.stop), Mux(stall, s1_valid, uop_valid),
                       s2_valid_next, x_valid_next, x_valid & x_done, w_valid, out_valid, *(s[0] for s in ctrl)]
         in_flight = pipe(m, Cat(valid_next).any(), "in_flight")
