@@ -302,8 +302,11 @@ class ComputeCore(wiring.Component):
         # bits, one feeds the hazards ahead of the accumulator's read address, and `use_imm` itself the range
         # checks (on the 85F at 100 MHz each fan-out stretched the others' paths: 10.1-11.9 ns; one copy for
         # every lane's bits and the MUL's DSP blocks lay 7.4 ns of routing from one of them).
-        imm_operands = [Signal(reset_less=True, name=f"use_imm_replica_operand{k}")
-                        for k in range(1 if is_small_fpga(platform) else c.batch * c.block_out)]
+        # (A row's lanes and the copies of a flag that reaches all of them: one a lane, but on the small FPGAs,
+        # whose flip-flops are scarce and whose rows are short. See `per_lane` below.)
+        lanes = c.batch * c.block_out
+        copies_per_row = 1 if is_small_fpga(platform) else lanes
+        imm_operands = [Signal(reset_less=True, name=f"use_imm_replica_operand{k}") for k in range(copies_per_row)]
         imm_hazard = Signal(reset_less=True, name="use_imm_replica_hazard")
         # The ALU operation as one flag per operation: the selects and the MUL's timing read a flip-flop,
         # not a compare of the opcode field (on the 85F at 100 MHz that compare led every result bit).
@@ -481,9 +484,7 @@ class ComputeCore(wiring.Component):
         # its own (`lane_valid[lane]`, the value of ctrl[-1]'s; on the 85F at 100 MHz one register drove
         # the write register's choice for all 256 bits through 10-12 ns of routing).
         # (They choose data only, so they need no reset: the write enables come from the stages' valid bits.
-        # One copy for every lane on the small FPGAs, whose flip-flops are scarce and whose rows are short.)
-        lanes = batch * BO
-        copies_per_row = 1 if is_small_fpga(platform) else lanes
+        # One copy for every lane on the small FPGAs: `copies_per_row`.)
 
         def per_lane(value, name):
             """``value`` a cycle later, for each lane from a copy of its own (see above)."""
@@ -646,7 +647,7 @@ class ComputeCore(wiring.Component):
                 (a_op, a_next, "a", a_row, next_dst),
                 (b_op, b_next, "b", port_row if one_port else self.acc_read_b.data, next_src)):
             def taking(value, lane):      # (b_op takes an immediate operand as a row)
-                return Mux(imm_operands[lane % len(imm_operands)], imm, value) if op is b_op else value
+                return Mux(imm_operands[lane % copies_per_row], imm, value) if op is b_op else value
             if passes == 1:
                 # Whether S4 or the write register writes the row of the micro-op in S2 (the read S2
                 # captures sees neither), compared a cycle ahead (against the rows they and S2 will hold)
