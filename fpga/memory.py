@@ -159,7 +159,7 @@ class OnChipMemory(wiring.Component):
         m.d.comb += [axi.bid.eq(burst_id), axi.bresp.eq(Mux(write_error, RESP_SLVERR, RESP_OKAY)), read_en.eq(0),
                      ram_addr.eq(addr[:len(ram_addr)])]
         m.d.comb += requested.eq(0)
-        with m.FSM():
+        with m.FSM() as fsm:
             with m.State("IDLE"):
                 take_read = axi.arvalid & ~(prefer_write & axi.awvalid) & ~host.valid
                 take_write = axi.awvalid & ~take_read & ~host.valid
@@ -174,7 +174,6 @@ class OnChipMemory(wiring.Component):
                     m.next = "WRITE"
                 with m.Elif(host.valid):
                     m.d.comb += [host.ready.eq(1), read_en.eq(~host.write),
-                                 write_data.eq(host.wdata.replicate(word_bytes)),
                                  write_en.eq(Mux(host.write, Const(1, word_bytes) << host.addr[:shift], 0)),
                                  requested.host.eq(~host.write)]
                     m.d.sync += host_byte.eq(host.addr[:shift])
@@ -188,7 +187,7 @@ class OnChipMemory(wiring.Component):
                 with m.If(~more):           # the burst's beats follow through the FIFO
                     m.next = "IDLE"
             with m.State("WRITE"):
-                m.d.comb += [axi.wready.eq(1), write_data.eq(axi.wdata),
+                m.d.comb += [axi.wready.eq(1),
                              write_en.eq(Mux(axi.wvalid & in_range, axi.wstrb, 0))]
                 with m.If(axi.wvalid):
                     m.d.sync += [addr.eq(addr + 1), write_error.eq(write_error | ~in_range)]
@@ -198,4 +197,8 @@ class OnChipMemory(wiring.Component):
                 m.d.comb += axi.bvalid.eq(1)
                 with m.If(axi.bready):
                     m.next = "IDLE"
+        # What a write would write, by the state alone (the enables decide whether it does): the burst's
+        # data in WRITE, else the host's (with the host's request in the choice and 0 otherwise, the state
+        # reached the block RAMs' data registers through 11.1 ns on the 85F at 100 MHz).
+        m.d.comb += write_data.eq(Mux(fsm.ongoing("WRITE"), axi.wdata, host.wdata.replicate(word_bytes)))
         return m

@@ -357,11 +357,12 @@ class ComputeCore(wiring.Component):
         # it: a block RAM's clock-to-out is more than half a 100 MHz cycle.
         stall = Signal()        # (with several passes a register, else from S3's state: see the ALU)
         # With several passes the loops and the micro-op read take `stall` from a copy of their own, and so
-        # does the choice of the rows S2 reads next: it reaches hundreds of enables, and on the 85F at
-        # 100 MHz it reached the loops' counters' enables through 11.3-11.9 ns and the accumulator's
-        # read address through 12.2 ns.
-        loops_stall, rows_stall = ([Signal(name=f"stall_replica_{n}") for n in ("loops", "rows")]
-                                   if c.vector_passes > 1 else [stall, stall])
+        # do the choice of the rows S2 reads next and S2's and S3's next state: it reaches hundreds of
+        # enables, and on the 85F at 100 MHz it reached the loops' counters' enables through 11.3-11.9 ns,
+        # the accumulator's read address through 12.2 ns, the operands' reload copies (through S3's next
+        # state) and the copies of `stall` itself (through S2's) through 10.1-10.7 ns.
+        loops_stall, rows_stall, state_stall = ([Signal(name=f"stall_replica_{n}") for n in ("loops", "rows", "state")]
+                                                if c.vector_passes > 1 else [stall] * 3)
         m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(~loops_stall),
                      loops.hold.eq(loops_stall)]
         uop_valid = Signal()
@@ -404,7 +405,7 @@ class ComputeCore(wiring.Component):
         s2_bad = Signal(reset_less=True)
         s2_hazard = Signal(reset_less=True)     # an ALU operand is the row the micro-op ahead (now in S2) writes
         reads_row = (dst[:acc_bits] == s2_dst[:acc_bits]) | (~use_imm & (src[:acc_bits] == s2_dst[:acc_bits]))
-        s2_valid_next = Mux(stall, s2_valid, s1_valid)
+        s2_valid_next = Mux(state_stall, s2_valid, s1_valid)
         m.d.sync += s2_valid.eq(s2_valid_next)
         with m.If(~stall):
             m.d.sync += [s2_dst.eq(dst), s2_src.eq(src), s2_bad.eq(out_of_range),
@@ -576,7 +577,7 @@ class ComputeCore(wiring.Component):
         x_final = x_last & x_done                           # the micro-op's last cycle in S3
         # S3's next state (the registered `stall` of several passes reads it too): S2's micro-op enters,
         # or S3's steps, takes its next slice, or leaves. (x_slice and x_step are read only while x_valid.)
-        x_enter = s2_ok & ~is_gemm & ~stall
+        x_enter = s2_ok & ~is_gemm & ~state_stall
         x_valid_next = x_enter | (x_valid & ~x_final)
         x_slice_next = Mux(x_enter, 0, Mux(x_done & ~x_last, x_slice + 1, x_slice))
         x_step_next = Mux(x_enter | x_done, 0, x_step + 1)
@@ -677,23 +678,27 @@ class ComputeCore(wiring.Component):
             # the micro-op SRAM and every S0-S2 register (on the 85F at 100 MHz, 12 ns from the
             # hazards to the loops' enables), so it is a register, computed a cycle ahead: whether S2
             # will hold an ALU micro-op, and, unless it waits for its rows, whether S3 will keep its
-            # micro-op or a stage will write one of S2's rows (both cases compared, S2 keeping its
-            # micro-op or taking S1's, and `stall` choosing between them).
+            # micro-op or a stage will write one of S2's rows.
+            # That last matters only while S2 keeps its micro-op (taking one, it reads anew): S2's rows
+            # against S3's, S4's and S5's now (next cycle S3's or S4's, S5's and the write register's),
+            # each compare a register computed a cycle ahead from the rows S2 and the stage were to hold,
+            # and enabled by whether the stage is busy (compared here, S2's rows reached the read address
+            # through the compares in 10.2-11.8 ns on the 85F at 100 MHz). (`imm_hazard` holds while an
+            # instruction runs: it is loaded only while the core is idle, when S3-S5 are empty.)
             def reads(rows, row):
                 return (rows[0] == row) | (~imm_hazard & (rows[1] == row))
-            held_rows, taken_rows = (s2_dst[:acc_bits], s2_src[:acc_bits]), (dst[:acc_bits], src[:acc_bits])
-
-            def hazard_next(if_held, if_taken):     # each: (whether the stage will be busy, its row)
-                return Mux(rows_stall, if_held[0] & reads(held_rows, if_held[1]),
-                           if_taken[0] & reads(taken_rows, if_taken[1]))
+            x_hit, w_hit, out_hit = (Signal(reset_less=True, name=f"{n}_writes_s2_row") for n in ("x", "w", "out"))
+            m.d.sync += [
+                # (S3 takes S2's micro-op only as S2 takes S1's: then S2's rows next are the ones taken)
+                x_hit.eq(Mux(x_enter, reads((dst[:acc_bits], src[:acc_bits]), s2_dst[:acc_bits]),
+                             reads((next_dst, next_src), x_dst))),
+                w_hit.eq(reads((next_dst, next_src), x_dst)),
+                out_hit.eq(reads((next_dst, next_src), w_dst)),     # (S5's: no GEMM writes meanwhile)
+            ]
             x_busy = x_valid & ~x_final         # S3 keeps its micro-op next cycle
-            s2_moves = s2_ok & ~is_gemm         # (S2's micro-op moves on to S3 when S2 takes S1's)
-            hazards = Cat(hazard_next((x_busy, x_dst), (s2_moves | x_busy, Mux(s2_moves, s2_dst[:acc_bits], x_dst))),
-                          hazard_next(*[(x_valid & x_done, x_dst)] * 2),
-                          hazard_next(*[(w_valid, w_dst)] * 2),
-                          hazard_next(*[(out_valid, out_dst)] * 2))    # (S5's: no GEMM writes meanwhile)
+            hazard = (((x_busy | (x_valid & x_done)) & x_hit) | (w_valid & w_hit) | (out_valid & out_hit))
             x_busy_next = x_valid_next & ~(last_next & done_next)
-            reads_anew = ~rows_stall | hazards.any()
+            reads_anew = ~rows_stall | hazard
             if one_port:
                 reads_next = Mux(reads_anew, 0, Mux(s2_reads == 3, 3, s2_reads + 1))
                 m.d.sync += s2_reads.eq(reads_next)
@@ -701,7 +706,7 @@ class ComputeCore(wiring.Component):
             else:
                 rows_next = ~reads_anew
             stall_next = s2_valid_next & ~is_gemm & (~rows_next | x_busy_next)
-            m.d.sync += [stall.eq(stall_next), loops_stall.eq(stall_next), rows_stall.eq(stall_next)]
+            m.d.sync += [stall.eq(stall_next), *(r.eq(stall_next) for r in (loops_stall, rows_stall, state_stall))]
 
         if passes == 1:
             with m.If(is_gemm):
