@@ -679,21 +679,22 @@ class ComputeCore(wiring.Component):
             # hazards to the loops' enables), so it is a register, computed a cycle ahead: whether S2
             # will hold an ALU micro-op, and, unless it waits for its rows, whether S3 will keep its
             # micro-op or a stage will write one of S2's rows.
-            # That last matters only while S2 keeps its micro-op (taking one, it reads anew): S2's rows
-            # against S3's, S4's and S5's now (next cycle S3's or S4's, S5's and the write register's),
-            # each compare a register computed a cycle ahead from the rows S2 and the stage were to hold,
-            # and enabled by whether the stage is busy (compared here, S2's rows reached the read address
-            # through the compares in 10.2-11.8 ns on the 85F at 100 MHz). (`imm_hazard` holds while an
-            # instruction runs: it is loaded only while the core is idle, when S3-S5 are empty.)
+            # That last matters only while S2 keeps its micro-op (taking one, it reads anew): whether the
+            # row S3, S4 or S5 holds (next cycle in S3 or S4, S5, the write register) is one of S2's, each
+            # from a register comparing a cycle ahead the rows S2 and that stage will hold, taken while
+            # the stage is busy (compared here, S2's rows reached the read address through the compares
+            # in 10.2-11.8 ns on the 85F at 100 MHz). (`imm_hazard` holds while an instruction runs: it
+            # is loaded only while the core is idle, when S3-S5 are empty.)
             def reads(rows, row):
                 return (rows[0] == row) | (~imm_hazard & (rows[1] == row))
             x_hit, w_hit, out_hit = (Signal(reset_less=True, name=f"{n}_writes_s2_row") for n in ("x", "w", "out"))
+            next_rows = (next_dst, next_src)
+            x_row_read = reads(next_rows, x_dst)        # (S4's row next cycle is S3's now)
             m.d.sync += [
                 # (S3 takes S2's micro-op only as S2 takes S1's: then S2's rows next are the ones taken)
-                x_hit.eq(Mux(x_enter, reads((dst[:acc_bits], src[:acc_bits]), s2_dst[:acc_bits]),
-                             reads((next_dst, next_src), x_dst))),
-                w_hit.eq(reads((next_dst, next_src), x_dst)),
-                out_hit.eq(reads((next_dst, next_src), w_dst)),     # (S5's: no GEMM writes meanwhile)
+                x_hit.eq(Mux(x_enter, reads((dst[:acc_bits], src[:acc_bits]), s2_dst[:acc_bits]), x_row_read)),
+                w_hit.eq(x_row_read),
+                out_hit.eq(reads(next_rows, w_dst)),     # (S5's: no GEMM writes meanwhile)
             ]
             x_busy = x_valid & ~x_final         # S3 keeps its micro-op next cycle
             hazard = (((x_busy | (x_valid & x_done)) & x_hit) | (w_valid & w_hit) | (out_valid & out_hit))
