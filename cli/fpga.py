@@ -43,7 +43,7 @@ def cmd_boards(args):
 
 def cmd_build(args):
     from tilewright.fpga.boards import BoardError
-    from tilewright.fpga.build import BuildError, build_bitstreams, seed_spread, summary, timing_error
+    from tilewright.fpga.build import BuildError, build_bitstreams, seed_spread, summary, timing_error, worst_fmax
     board = _board(args.board)
     if args.link_test and args.config:
         raise _error("--link-test builds the SoC without an accelerator: leave out --config")
@@ -54,7 +54,7 @@ def cmd_build(args):
         reports = build_bitstreams(board.name, config=cfg, freq_mhz=args.freq, seeds=args.seed,
                                    out_dirs=[args.output] if args.output else None, jobs=args.jobs,
                                    progress=lambda line: print(line, flush=True), link_test=args.link_test,
-                                   place=not args.synth_only)
+                                   place=not args.synth_only, until_met=args.until_met)
     except (BuildError, BoardError) as e:
         raise _error(str(e)) from None
     for report in reports:
@@ -67,6 +67,11 @@ def cmd_build(args):
         print(f"fits {board.title} (synthesis only: no place and route, no bitstream)")
         return
     failed = [r for r in reports if r.get("error") or not r["timing_met"]]
+    if args.until_met and len(failed) < len(reports):
+        best = max((r for r in reports if r not in failed), key=worst_fmax)
+        print(f"timing met at {best['clock_mhz']:g} MHz with seed {best['seed']} of {len(reports)} placed: "
+              f"{best['bitstream']}")
+        return
     if failed:
         first = failed[0]
         raise _error((first["error"] if first.get("error") else timing_error(first))
@@ -276,6 +281,9 @@ def add_parser(sub):
     sp.add_argument("--seed", type=int, nargs="+", default=[1],
                     help="place-and-route seed; several: one synthesis, a build per seed and the Fmax spread")
     sp.add_argument("--jobs", type=int, help="seeds placed and routed at a time (default: one per core)")
+    sp.add_argument("--until-met", action="store_true",
+                    help="a seed sweep: start no more seeds once one meets timing (those placing finish), "
+                         "and succeed if one does")
     sp.add_argument("-o", "--output", help="output folder (default build/fpga/BOARD-CONFIG-FREQ-seedN)")
     sp.add_argument("--synth-only", action="store_true",
                     help="stop after synthesis: the resources used and whether they fit, in a minute or two")

@@ -285,12 +285,14 @@ def build_bitstream(board_name, *, config=None, freq_mhz=None, seed=1, out_dir=N
 
 
 def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_dirs=None, progress=print,
-                     link_test=False, jobs=None, place=True):
-    """Synthesise once and place and route with each of ``seeds``, up to ``jobs`` at a time (default: one
-    per core; nextpnr is single-threaded). Returns one report per seed, each also written to its folder
-    (``out_dirs``, default ``build/fpga/BOARD-CONFIG-FREQ-seedN``); a seed that misses timing is in its
-    report (``timing_met``), as is one whose place and route failed (``error``). Raises :class:`BuildError`
-    when the design does not fit.
+                     link_test=False, jobs=None, place=True, until_met=False):
+    """Synthesise once and place and route with each of ``seeds``, in order, up to ``jobs`` at a time
+    (default: one per core; nextpnr is single-threaded). Returns one report per seed placed, each also
+    written to its folder (``out_dirs``, default ``build/fpga/BOARD-CONFIG-FREQ-seedN``); a seed that
+    misses timing is in its report (``timing_met``), as is one whose place and route failed (``error``).
+    With ``until_met`` no seed starts once one has met timing (a seed sweep: where the Fmax a seed reaches
+    straddles the clock, some seeds meet it and some do not). Raises :class:`BuildError` when the design
+    does not fit.
 
     ``place=False`` stops after synthesis and the fit check: one report (``timing_met`` None, no
     bitstream), in the first seed's folder; the resources a config uses in a minute or two."""
@@ -360,32 +362,36 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
     report["tools"]["nextpnr"] = _version(tool(NEXTPNR[board.family]))
 
     # Every seed places and routes the one netlist, in its own folder (linked there: YoWASP's tools see
-    # only their working folder).
-    reports = []
-    for seed, seed_out in zip(seeds, outs):
+    # only their working folder), in the order given, `jobs` at a time.
+    lock = threading.Lock()
+    met = threading.Event()
+
+    def place_and_route(seed, seed_out):
+        if until_met and met.is_set():
+            (seed_out / REPORT_NAME).unlink(missing_ok=True)     # (an earlier build's, not this netlist's)
+            return None
         seed_out.mkdir(parents=True, exist_ok=True)
         if seed_out.resolve() != out.resolve():
             for name in os.listdir(out):
                 if name.startswith("top.") and name.endswith((".json", ".lpf", ".pcf", ".cst")):
                     _link(out / name, seed_out / name)
-        reports.append(dict(report, seed=seed, tools=dict(report["tools"]), seconds=dict(report["seconds"])))
+        seed_report = dict(report, seed=seed, tools=dict(report["tools"]), seconds=dict(report["seconds"]))
 
-    lock = threading.Lock()
-
-    def place_and_route(seed_report, seed_out):
         def say(line):
             with lock:      # (one line at a time from the seeds' threads)
-                progress(line if len(seeds) == 1 else f"  seed {seed_report['seed']}:{line}")
+                progress(line if len(seeds) == 1 else f"  seed {seed}:{line}")
         try:
-            return _place_and_route(board, platform, seed_report, seed_out, achieved_clock, started, say)
+            _place_and_route(board, platform, seed_report, seed_out, achieved_clock, started, say)
         except BuildError as e:        # (a seed's failure is its report's; the other seeds go on)
             seed_report["error"] = str(e)
             _write(seed_out, seed_report, started, ok=False)
-            return seed_report
+        if seed_report.get("timing_met") and not seed_report.get("error"):     # (a bitstream, packed)
+            met.set()
+        return seed_report
 
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(seeds)))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:       # (each thread waits on one nextpnr)
-        return list(pool.map(place_and_route, reports, outs))
+        return [r for r in pool.map(place_and_route, seeds, outs) if r is not None]
 
 
 #: Registers named ``*_replica*`` (:func:`tilewright.hw.pipe.replicas`) are copies of one value for sinks

@@ -13,7 +13,9 @@ config; :func:`prove_property` proves one (SymbiYosys, see
     ``platform == "formal"`` (:mod:`tilewright.hw.dma`); the address channel
     registers exactly the bursts the splitter produces.
 ``axi_stable``
-    The DMA's AXI valid and payload stay unchanged until ready (AR, AW, W).
+    The DMA's AXI valid and payload stay unchanged until ready (AR, AW, W); with the writer's own
+    assertions under ``platform == "formal"``: no more responses due than bursts may be outstanding,
+    and its ``busy`` (a register set a cycle ahead) never low while anything is left to do.
 ``arbiter_fair``
     The read arbiter grants one requester at a time, passes its request
     through unchanged, and a waiting requester is granted before ``count``

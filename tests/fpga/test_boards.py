@@ -189,16 +189,23 @@ def test_build_stops_when_the_packed_design_does_not_fit(usage, lone_ffs, messag
     assert err.count("\n") == 1 and "does not fit" in err and message in err
 
 
-def test_a_seed_that_fails_leaves_the_others_reported(tmp_path, monkeypatch, capsys):
-    """Place and route failing for one seed is that seed's report and error; the other seeds' bitstreams
-    and reports stand, and the command exits 1 saying how many failed."""
+def _fake_gowin_tools(tmp_path, monkeypatch, per_seed):
+    """Fake Yosys, nextpnr-himbaechel and Gowin packer, working in ``tmp_path``: the fake nextpnr runs
+    ``per_seed`` (Python, with ``seed`` the seed given) and reports the Fmax it sets, ``fmax``, for 27 MHz."""
     monkeypatch.chdir(tmp_path)
     _fake_yosys(tmp_path, monkeypatch)
     monkeypatch.setenv("NEXTPNR_HIMBAECHEL", _fake_tool(tmp_path / "nextpnr", (
         "if '--version' in sys.argv: print('nextpnr (fake)'); sys.exit()\n"
-        "if sys.argv[sys.argv.index('--seed') + 1] == '2': print('ERROR: no route for net x'); sys.exit(1)\n"
-        "open('pnr_report.json', 'w').write(json.dumps({'fmax': {'clk': {'achieved': 50.0, 'constraint': 27.0}}}))\n")))
+        "seed = sys.argv[sys.argv.index('--seed') + 1]\n" + per_seed +
+        "open('pnr_report.json', 'w').write(json.dumps({'fmax': {'clk': {'achieved': fmax, 'constraint': 27.0}}}))\n")))
     monkeypatch.setenv("GOWIN_PACK", _fake_tool(tmp_path / "pack", "open('top.fs', 'w').write('0101')\n"))
+
+
+def test_a_seed_that_fails_leaves_the_others_reported(tmp_path, monkeypatch, capsys):
+    """Place and route failing for one seed is that seed's report and error; the other seeds' bitstreams
+    and reports stand, and the command exits 1 saying how many failed."""
+    _fake_gowin_tools(tmp_path, monkeypatch,
+                      "if seed == '2': print('ERROR: no route for net x'); sys.exit(1)\nfmax = 50.0\n")
     assert main(["fpga", "build", "--board", "tangnano9k", "--seed", "1", "2"]) == 1
     captured = capsys.readouterr()
     assert "seed 2: nextpnr failed" in captured.out and "ERROR: no route for net x" in captured.out
@@ -207,6 +214,24 @@ def test_a_seed_that_fails_leaves_the_others_reported(tmp_path, monkeypatch, cap
     ok, failed = (json.loads((Path(str(folder).format(seed)) / "report.json").read_text()) for seed in (1, 2))
     assert ok["ok"] and ok["timing_met"] and Path(ok["bitstream"]).is_file()
     assert not failed["ok"] and "no route for net x" in failed["error"]
+
+
+def test_a_seed_sweep_stops_at_the_first_seed_that_meets_timing(tmp_path, monkeypatch, capsys):
+    """``--until-met`` places the seeds in order and starts none after one meets timing: seed 1 fails, seed 2
+    misses 27 MHz, seed 3 meets it, seed 4 is never placed (an earlier build's report there is removed),
+    and the command succeeds naming seed 3's bitstream."""
+    _fake_gowin_tools(tmp_path, monkeypatch, "if seed == '1': print('ERROR: no route for net x'); sys.exit(1)\n"
+                                             "fmax = {'2': 20.0, '3': 30.0, '4': 40.0}[seed]\n")
+    folder = "build/fpga/tangnano9k-pico-27MHz-seed{}"
+    (tmp_path / folder.format(4)).mkdir(parents=True)
+    (tmp_path / folder.format(4) / "report.json").write_text("{}")
+    assert main(["fpga", "build", "--board", "tangnano9k", "--seed", "1", "2", "3", "4", "--jobs", "1",
+                 "--until-met"]) == 0
+    out = capsys.readouterr().out
+    assert f"timing met at 27 MHz with seed 3 of 3 placed: {folder.format(3)}/top.fs" in out
+    failed, missed = (json.loads((tmp_path / folder.format(seed) / "report.json").read_text()) for seed in (1, 2))
+    assert "no route for net x" in failed["error"] and missed["timing_met"] is False
+    assert not (tmp_path / folder.format(4) / "report.json").exists()
 
 
 def test_a_gowin_log_without_the_packers_figures_yet_is_no_misfit(tmp_path):

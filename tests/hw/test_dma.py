@@ -693,12 +693,13 @@ def check_written(before, after, transfers, data, elem_bytes):
 
 
 def check_busy_covers_responses(model, results):
-    """``busy`` stays high from the command until the transfer's last B response is taken."""
+    """``busy`` stays high from the command until the transfer's last B response is taken, and drops the
+    cycle after it (the store retires on it: a cycle early is wrong, a cycle late costs every STORE one)."""
     assert len(model.b_edges) == len(model.requests)
     for number, result in enumerate(results):
         b_edges = [b for burst, b in zip(model.requests, model.b_edges) if burst.edge > result.cmd_edge
                    and (number + 1 == len(results) or burst.edge < results[number + 1].cmd_edge)]
-        assert result.idle_edge > b_edges[-1], \
+        assert result.idle_edge == b_edges[-1] + 1, \
             f"transfer #{number}: busy low at edge {result.idle_edge}, last B response at edge {b_edges[-1]}"
 
 
