@@ -621,9 +621,10 @@ class ComputeCore(wiring.Component):
         else:
             w_result = Cat(alu_lane.result[:c.acc_width] for alu_lane in alu_lanes)
             out_valid, out_last, out_dst, out_slice, out_result = w_valid, w_last, w_dst, w_slice, w_result
-        # The rows the micro-op in S2 reads next cycle: an ALU of one pass compares its forwarding a cycle
-        # ahead against them and registers it.
-        next_dst, next_src = (Mux(rows_stall, held, new)[:acc_bits] for held, new in ((s2_dst, dst), (s2_src, src)))
+        # The rows the micro-op in S2 reads next cycle, the ones it holds or the ones it takes: an ALU of one
+        # pass compares its forwarding a cycle ahead against them and registers it.
+        held_rows, taken_rows = (s2_dst[:acc_bits], s2_src[:acc_bits]), (dst[:acc_bits], src[:acc_bits])
+        next_dst, next_src = (Mux(rows_stall, held, taken) for held, taken in zip(held_rows, taken_rows))
         one_port = alu_reads_one_port(c)
         # With one port S2 reads its destination row first and keeps it in `a_row`, then its source row,
         # each through the register the block RAMs' read enters (`port_row`: the GEMM's row register
@@ -690,8 +691,6 @@ class ComputeCore(wiring.Component):
             # (Both pairs of rows S2 may hold next, the held and the taken, are compared, `rows_stall`
             # choosing after the compares: choosing before them, it reached the registers through them in
             # 10.2-10.7 ns.)
-            taken_rows, held_rows = (dst[:acc_bits], src[:acc_bits]), (s2_dst[:acc_bits], s2_src[:acc_bits])
-
             def next_reads(row):
                 return Mux(rows_stall, reads(held_rows, row), reads(taken_rows, row))
             x_hit, w_hit, out_hit = (Signal(reset_less=True, name=f"{n}_writes_s2_row") for n in ("x", "w", "out"))

@@ -705,14 +705,14 @@ class RowWriter(wiring.Component):
         # comes after its burst's last beat) and a transfer of a burst at least (the STORE sends no empty
         # one); otherwise `busy` only stays a cycle longer. The test bench checks the cycle it drops,
         # the formal property (`axi_stable`) that it never drops early.
-        drained = split.busy | unsent | (pending.level != 0)
-        idle_next = (~(self.cmd.valid & self.cmd.ready) & ~drained
+        sending = split.busy | unsent | (pending.level != 0)     # (all but the responses)
+        idle_next = (~(self.cmd.valid & self.cmd.ready) & ~sending
                      & ((responses == 0) | ((responses == 1) & b_taken)))
         m.d.sync += self.busy.eq(~idle_next)
         if platform == "formal":
             # (the subordinate answers only bursts it accepted)
             m.d.comb += [Assume(~self.axi.bvalid | (responses != 0)), Assert(responses <= self.outstanding),
-                         Assert(self.busy | ~(drained | (responses != 0)), "busy never drops early")]
+                         Assert(self.busy | ~(sending | (responses != 0)), "busy never drops early")]
         m.d.comb += self.axi.bready.eq(1)
         with m.If(b_taken & (self.axi.bresp != RESP_OKAY)):
             m.d.sync += self.error.eq(1)
