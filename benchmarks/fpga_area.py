@@ -41,7 +41,7 @@ from tilewright.fpga.build import SYNTH, BuildError, critical_path, tool, utiliz
 from tilewright.fpga.build import synthesise as synthesise_top
 from tilewright.fpga.memory import OnChipMemory
 from tilewright.hw.compute import ComputeUnit
-from tilewright.hw.core import ComputeCore
+from tilewright.hw.serial_core import core_for
 from tilewright.hw.dma import RowReader
 from tilewright.hw.fetch import Fetch
 from tilewright.hw.padded_load import PaddedLoad
@@ -57,7 +57,7 @@ UNITS = {
     "compute": lambda cfg, aw, board: ComputeUnit(cfg),
     "compute.loader": lambda cfg, aw, board: PaddedLoad(cfg, (MemType.UOP, MemType.ACC, MemType.ACC8),
                                                         addr_width=aw),
-    "compute.core": lambda cfg, aw, board: ComputeCore(cfg),
+    "compute.core": lambda cfg, aw, board: core_for(cfg),
     "store": lambda cfg, aw, board: StoreUnit(cfg, addr_width=aw),
     "regs": lambda cfg, aw, board: RegisterFile(),
     "reader": lambda cfg, aw, board: RowReader(addr_width=aw, data_width=cfg.dram_bus_width, lean=cfg.lean),

@@ -58,7 +58,7 @@ def _protocol(program):
     peak = dict.fromkeys(Queue, 0)
     pc = 0
     while True:
-        while pc < len(insns) and len(cmd[insns[pc].stream]) < cfg.cmd_queue_depth:
+        while pc < len(insns) and len(cmd[insns[pc].stream]) < cfg.cmd_queue_slots:
             cmd[insns[pc].stream].append(pc)
             pc += 1
         progressed = False

@@ -15,7 +15,8 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import ErrorCode, MemType, Opcode
 
-from .core import ComputeCore, alu_reads_one_port
+from .core import alu_reads_one_port
+from .serial_core import core_for
 from .padded_load import LoadRequest
 from .pipe import pipe
 from .sequencer import CommandSignature, Sequencer, TokenPort
@@ -99,7 +100,8 @@ class ComputeUnit(wiring.Component):
         uop_r = uop_mem.read_port()
         never_reads_while_written(uop_mem)          # (LOAD UOP and the core take turns)
         acc_w = acc_mem.write_port(granularity=acc_granularity(c))
-        acc_ra = acc_mem.read_port(transparent_for=(acc_w,))
+        # (The serial core reads no row while it writes one: its port needs no transparency.)
+        acc_ra = acc_mem.read_port(transparent_for=() if c.serial_core else (acc_w,))
         # (the ALU's second port, unless it reads both rows through the first)
         acc_rb = None if alu_reads_one_port(c) else acc_mem.read_port(transparent_for=(acc_w,))
         # Requantizing STOREs read through a third port (tokens keep them off rows compute is writing),
@@ -110,9 +112,12 @@ class ComputeUnit(wiring.Component):
             wiring.connect(m, wiring.flipped(store_read), acc_mem.read_port())
             m.d.comb += self.acc_for_store_free.eq(1)
 
+        if c.serial_core and len(acc_mem.read_ports) == 1:
+            never_reads_while_written(acc_mem)
+
         # -- executors -------------------------------------------------------------
         loader = self.dma
-        m.submodules.core = core = ComputeCore(c)
+        m.submodules.core = core = core_for(c)
         m.d.comb += [uop_w.addr.eq(self.uop_load.addr), uop_w.data.eq(self.uop_load.data),
                      uop_w.en.eq(self.uop_load.en)]
         wiring.connect(m, core.uop_read, uop_r)

@@ -78,7 +78,8 @@ class _CommandQueue(wiring.Component):
     """A stream's command FIFO: room for ``depth`` instructions besides the one its sequencer executes.
 
     The executing instruction stays at the head (``held``) until it retires;
-    ``empty`` means nothing waits behind it.
+    ``empty`` means nothing waits behind it. With ``depth`` 0 the queue is
+    the head register alone, written only while empty (a cycle after a pop).
     """
 
     def __init__(self, depth):
@@ -88,6 +89,15 @@ class _CommandQueue(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        if self.depth == 0:
+            head = Signal.like(self.w.payload, reset_less=True)     # (read only while valid)
+            m.d.comb += [self.w.ready.eq(~self.r.valid), self.r.payload.eq(head),
+                         self.empty.eq(self.r.valid == self.held)]
+            with m.If(self.w.valid & self.w.ready):
+                m.d.sync += [head.eq(self.w.payload), self.r.valid.eq(1)]
+            with m.Elif(self.r.ready):
+                m.d.sync += self.r.valid.eq(0)
+            return m
         # The head is a register: the stream decodes the executing instruction straight from it.
         m.submodules.fifo = q = HeadRegisteredFIFO(width=len(self.w.payload.as_value()), depth=self.depth + 1,
                                                    pop_copies=POP_COPIES)

@@ -290,7 +290,7 @@ class FunctionalSimulator:
         self.stats = stats = RunStats()
         self._bias = np.zeros(self._acc.shape[1:], dtype=np.int64)   # the store stream's bias register
         self.executed = []
-        depth_cmd, depth_tok = self.cfg.cmd_queue_depth, self.cfg.token_queue_depth
+        depth_cmd, depth_tok = self.cfg.cmd_queue_slots, self.cfg.token_queue_depth
         cmd = {s: deque() for s in Stream}         # (index, insn, queues it pops, queues it pushes) per stream
         tokens = dict.fromkeys(isa.Queue, 0)
         pc, fetched = 0, None                      # fetched: decoded, waiting for queue room

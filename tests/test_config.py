@@ -35,13 +35,13 @@ def test_fingerprint_ignores_name_and_tracks_parameters():
 
 
 def test_options_at_their_default_leave_the_fingerprint_as_before_they_existed():
-    """perf_counters, soft_products, vector_lanes and lean came later: a config that leaves them at their
-    defaults hashes the parameters without them."""
+    """perf_counters, soft_products, vector_lanes, lean and the other options came later: a config that leaves
+    them at their defaults hashes the parameters without them."""
     import hashlib
     import json
     c = PRESETS["small"]
     params = {k: v for k, v in c.params().items() if k not in ("perf_counters", "soft_products", "vector_lanes", "lean",
-                                                                  "requant_store", "serial_mul")}
+                                                                  "requant_store", "serial_mul", "serial_core")}
     assert c.fingerprint == hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -56,6 +56,10 @@ def test_options_at_their_default_leave_the_fingerprint_as_before_they_existed()
     ({"wgt_buffer_bytes": 128}, r"^wgt_buffer_bytes=128 is smaller than one wgt block \(256 bytes\)$"),
     ({"batch": "1"}, r"^batch must be an integer, not '1'$"),
     ({"perf_counters": 0}, r"^perf_counters must be true or false, not 0$"),
+    ({"serial_core": True}, r"^serial_core builds one ALU lane: it needs vector_lanes = 1, not 0 \(one per "
+                            r"accumulator lane\)$"),
+    ({"serial_core": True, "vector_lanes": 1, "soft_products": 3},
+     r"^serial_core builds block_in = 16 products, in DSP blocks: it needs soft_products = 0, not 3$"),
     ({"uop_buffer_bytes": 1 << 20}, r"^the (GEMM|STORE) instruction needs 1\d\d bits, more than 128"),
 ])
 def test_validation_names_field_and_value(changes, message):
@@ -112,6 +116,15 @@ def test_a_config_file_that_is_not_utf8_is_one_error(tmp_path):
     path.write_bytes('name = "d\xe9faut"\n'.encode("latin-1"))
     with pytest.raises(ConfigError, match="is not UTF-8 text"):
         load_config(path)
+
+
+def test_no_command_queue_counts_as_one_slot():
+    """``cmd_queue_depth = 0`` (a stream's instruction in a register) is legal and holds one instruction as the
+    simulator and the checker count; the token queues need one entry at least."""
+    from tilewright import HwConfig
+    assert HwConfig(cmd_queue_depth=0).cmd_queue_slots == 1 and HwConfig(cmd_queue_depth=8).cmd_queue_slots == 8
+    with pytest.raises(ConfigError, match=r"^token_queue_depth=0 must be a power of two$"):
+        HwConfig(token_queue_depth=0)
 
 
 @pytest.mark.parametrize("key", ["token_queue_depth", "cmd_queue_depth"])

@@ -79,7 +79,10 @@ class HwConfig:
         full queue stalls its stream.
     cmd_queue_depth : int
         Capacity of each stream's command queue; fetch stalls when the queue
-        of the next instruction is full.
+        of the next instruction is full. 0 builds no queue: a stream holds
+        the one instruction it executes (or waits to start) in a register,
+        which the simulator and the compiler count as a queue of one
+        (:attr:`cmd_queue_slots`).
     dram_bus_width : int
         AXI data width in bits.
     soft_products : int
@@ -107,6 +110,16 @@ class HwConfig:
         per slice of lanes) in an adder instead of multiplying in DSP blocks:
         for parts whose DSPs the GEMM takes (the iCE40UP5K's 8). The results
         are the same.
+    serial_core : bool
+        The GEMM and the ALU run one micro-op at a time and one accumulator
+        lane at a time (:class:`tilewright.hw.serial_core.SerialCore`):
+        ``block_in`` products, one ALU lane, one accumulator read port and
+        no forwarding or hazard logic, for parts too small for the
+        pipelined core (the iCE40UP5K). A GEMM micro-op takes about
+        ``batch·block_out`` cycles, an ALU micro-op about six a lane (a SHR,
+        and a MUL with ``serial_mul``, a cycle more a bit). Needs
+        ``vector_lanes = 1`` and no ``soft_products``. The results are the
+        same.
     requant_store : bool
         Build the requantizing STORE (:class:`tilewright.isa.Store`'s
         ``requant``, ``set_bias`` and their fields). Without it those fields
@@ -142,6 +155,7 @@ class HwConfig:
     requant_store: bool = _option(True)
     serial_mul: bool = _option(False)
     lean: bool = _option(False)
+    serial_core: bool = _option(False)
     name: str = dataclasses.field(default="custom", compare=False)
 
     def __post_init__(self):
@@ -158,7 +172,7 @@ class HwConfig:
         for key in ("batch", "block_in", "block_out", "uop_buffer_bytes", "inp_buffer_bytes",
                     "wgt_buffer_bytes", "acc_buffer_bytes", "token_queue_depth", "cmd_queue_depth"):
             value = getattr(self, key)
-            if not _is_pow2(value):
+            if not _is_pow2(value) and not (key == "cmd_queue_depth" and value == 0):
                 raise ConfigError(f"{key}={value} must be a power of two")
         for key, limit in _DEPTH_LIMITS.items():
             if getattr(self, key) > limit:
@@ -178,6 +192,12 @@ class HwConfig:
         if self.vector_lanes and not (_is_pow2(self.vector_lanes) and self.vector_lanes <= lanes):
             raise ConfigError(f"vector_lanes={self.vector_lanes} must be 0 (one per accumulator lane) or a "
                               f"power of two up to batch·block_out = {lanes}")
+        if self.serial_core and self.vector_width != 1:
+            raise ConfigError(f"serial_core builds one ALU lane: it needs vector_lanes = 1, not {self.vector_lanes}"
+                              + (" (one per accumulator lane)" if not self.vector_lanes else ""))
+        if self.serial_core and self.soft_products:
+            raise ConfigError(f"serial_core builds block_in = {self.block_in} products, in DSP blocks: it needs "
+                              f"soft_products = 0, not {self.soft_products}")
         if self.dram_bus_width not in _BUS_WIDTHS:
             raise ConfigError(f"dram_bus_width={self.dram_bus_width} is not an AXI data width; "
                               f"choose one of {', '.join(map(str, _BUS_WIDTHS))}")
@@ -255,6 +275,12 @@ class HwConfig:
     def uop_bits_stored(self):
         """Bits a micro-op occupies in SRAM and DRAM: 32 or 64."""
         return 32 if self.uop_bits <= 32 else 64
+
+    @property
+    def cmd_queue_slots(self):
+        """Instructions a stream may hold fetched and not yet executed, as the functional simulator and the
+        compiler's checker count them: ``cmd_queue_depth``, or 1 without a queue (the stream's register)."""
+        return max(1, self.cmd_queue_depth)
 
     @property
     def vector_width(self):

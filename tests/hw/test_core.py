@@ -28,6 +28,7 @@ from amaranth.sim import Simulator
 
 from tilewright import PRESETS, isa
 from tilewright.hw.core import ComputeCore, alu_reads_one_port, soft_multiply
+from tilewright.hw.serial_core import core_for
 from tilewright.hw.sram import acc_granularity, alu_granularity, sram_shape
 from tilewright.isa import Alu, AluOp, ErrorCode, Finish, Gemm, Load, MemType
 from tilewright.sim import FunctionalSimulator
@@ -54,6 +55,16 @@ WIDE_LEAN = WIDE.replace(name="tiny_8x8_v2_lean", lean=True, requant_store=False
 # MUL one partial product a cycle: with every lane, and with one lane (passes and steps nested)
 SERIAL = TINY.replace(name="tiny_serial_mul", serial_mul=True)
 SERIAL1 = VEC1.replace(name="tiny_v1_serial_mul", serial_mul=True)
+# The serial core (hw/serial_core.py): one micro-op and one lane at a time; on batch 2, with a serial MUL, and
+# on a GEMM of one product (a row of one lane)
+SEQ = VEC1.replace(name="tiny_serial_core", serial_core=True)
+SEQ_B2 = BATCH2.replace(name="tiny_b2_serial_core", vector_lanes=1, serial_core=True)
+SEQ_MUL = SERIAL1.replace(name="tiny_v1_serial_mul_core", serial_core=True)
+SEQ_ONE = PRESETS["pico"].replace(name="pico_serial_core", serial_core=True)
+# ... and beside a second accumulator port it leaves to the requantizing STORE (`lean`)
+SEQ_LEAN = SEQ.replace(name="tiny_serial_core_lean", lean=True)
+# ... and on 16-bit accumulators (its serial shift's limits)
+SEQ_ACC16 = SEQ.replace(name="tiny_acc16_serial_core", acc_width=16)
 
 MEMS = ("uop", "inp", "wgt", "acc", "out")
 DRAM_BYTES = 1 << 16
@@ -124,7 +135,7 @@ class CoreHarness(Elaboratable):
 
     def __init__(self, cfg, contents):
         self.cfg = cfg
-        self.core = ComputeCore(cfg)
+        self.core = core_for(cfg)
         self.mems = {}
         for mem in MEMS:
             if mem == "uop":
@@ -155,6 +166,16 @@ def word(insn, cfg):
     return int.from_bytes(isa.encode(insn, cfg), "little")
 
 
+def cycle_limit(cfg, insn):
+    """The most cycles ``insn``'s micro-ops may take on ``cfg``'s core, start to done, less a constant."""
+    steps = cfg.acc_width if cfg.serial_mul else 1       # (cycles per slice of a MUL at most)
+    if cfg.serial_core:     # (a lane at a time: the products' and the tree's latency; an ALU lane six cycles
+        lanes = cfg.batch * cfg.block_out       # and its MUL or SHR a bit a cycle)
+        return insn.uop_count * (lanes + 12 if isinstance(insn, Gemm) else lanes * (cfg.acc_width + 8) + 2)
+    # (an ALU micro-op waits up to six cycles for the one ahead when it reads the row it writes)
+    return insn.uop_count * (1 if isinstance(insn, Gemm) else cfg.vector_passes * steps + 6)
+
+
 def run_core(cfg, contents, insns):
     """Run ``insns`` one after another on the core; returns ``(reports, {acc, out})``.
 
@@ -182,9 +203,7 @@ def run_core(cfg, contents, insns):
             await ctx.tick()
             ctx.set(core.start, 0)
             cycles, retired = 1, 0
-            steps = cfg.acc_width if cfg.serial_mul else 1       # (cycles per slice of a MUL at most)
-            # (an ALU micro-op waits up to six cycles for the one ahead when it reads the row it writes)
-            limit = insn.uop_count * (1 if is_gemm else cfg.vector_passes * steps + 6) + 64
+            limit = cycle_limit(cfg, insn) + 64
             while True:
                 assert ctx.get(busy) and not ctx.get(other), f"busy outputs wrong in cycle {cycles}"
                 assert not ctx.get(other_retire)
@@ -378,7 +397,8 @@ def test_gemm_two_loop_levels(seed):
     check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2, SOFT, SOFT16, VEC1, VEC2, WIDE, WIDE_LEAN], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, SOFT, SOFT16, VEC1, VEC2, WIDE, WIDE_LEAN, SEQ, SEQ_B2, SEQ_ONE],
+                         ids=lambda c: c.name)
 def test_gemm_other_lane_layouts(cfg):
     """GEMM on a 16-bit accumulator, on batch 2 (lane order b·block_out + o), with products built from
     logic, and beside an ALU of several passes (the accumulator's read address then a register of its own)
@@ -402,7 +422,7 @@ def test_gemm_reset():
     check_against_fsim(insn, contents)
 
 
-@pytest.mark.parametrize("cfg", [TINY, WIDE, WIDE_LEAN], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, WIDE, WIDE_LEAN, SEQ], ids=lambda c: c.name)
 @pytest.mark.parametrize("seed", range(3))
 def test_gemm_overwrite(seed, cfg):
     """GEMM with overwrite replaces every destination by its product (the last micro-op on a repeated row wins)."""
@@ -413,7 +433,7 @@ def test_gemm_overwrite(seed, cfg):
     check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE, WIDE_LEAN], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE, WIDE_LEAN, SEQ], ids=lambda c: c.name)
 @pytest.mark.parametrize("distance", [1, 2, 3, 4, 5, 7])
 def test_gemm_repeated_destination(distance, cfg):
     """Micro-ops writing the row written ``distance`` micro-ops earlier accumulate every product.
@@ -452,19 +472,20 @@ EMPTY_LOOPS = {
 }
 
 
+@pytest.mark.parametrize("cfg", [TINY, SEQ], ids=lambda c: c.name)
 @pytest.mark.parametrize("cls", [Gemm, Alu])
 @pytest.mark.parametrize("fields", EMPTY_LOOPS.values(), ids=EMPTY_LOOPS.keys())
-def test_empty_loops(cls, fields):
+def test_empty_loops(cls, fields, cfg):
     """An instruction with nothing to do finishes without error and writes nothing.
 
     The micro-ops it would run, had the loops not been empty, address far
     outside every buffer: an empty loop checks no index.
     """
     rng = np.random.default_rng(3)
-    contents = with_uops(random_contents(rng, TINY), 0, [(255, 255, 127)] * 4)
+    contents = with_uops(random_contents(rng, cfg), 0, [(255, 255, 127)] * 4)
     insn = cls(**fields, dst_factor_out=255, src_factor_out=255)
     # fsim leaves acc as loaded, and no row counts as written: out must keep its contents too.
-    report = check_against_fsim(insn, contents)
+    report = check_against_fsim(insn, contents, cfg)
     assert report["error"] == 0 and report["retired"] == 0 and report["cycles"] <= 3
 
 
@@ -495,7 +516,9 @@ def test_alu_op(op, use_imm):
         check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2, VEC4, SERIAL, SERIAL1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2, VEC4, SERIAL, SERIAL1, SEQ, SEQ_B2, SEQ_MUL, SEQ_ONE,
+                                 SEQ_LEAN, SEQ_ACC16],
+                         ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_other_lane_layouts(cfg, op):
     """ALU ops on a 16-bit accumulator (shift limits, wrap), on batch 2, and with ALUs narrower than the
@@ -507,7 +530,7 @@ def test_alu_other_lane_layouts(cfg, op):
         check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL1, SEQ], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_chain(op, cfg):
     """Micro-op k+1 reads, as its source, the row micro-op k writes (a running prefix).
@@ -527,7 +550,7 @@ def test_alu_chain(op, cfg):
 COMPOUNDING_IMM = {AluOp.ADD: 12345, AluOp.SHR: 1, AluOp.MUL: -3}
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL, WIDE], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL, WIDE, SEQ_MUL], ids=lambda c: c.name)
 @pytest.mark.parametrize("use_imm", [True, False], ids=["imm", "vector"])
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_repeated_destination(op, use_imm, cfg):
@@ -545,7 +568,7 @@ def test_alu_repeated_destination(op, use_imm, cfg):
         check_against_fsim(insn, with_uops(random_contents(rng, cfg), 40, uops), cfg)
 
 
-@pytest.mark.parametrize("cfg", [SERIAL, SERIAL1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [SERIAL, SERIAL1, SEQ_MUL], ids=lambda c: c.name)
 def test_a_serial_mul_takes_a_cycle_per_bit_and_nothing_else_slows(cfg):
     """With ``serial_mul`` a MUL micro-op spends ``acc_width`` cycles on each slice; the other operations
     keep their rate. Both match fsim."""
@@ -594,8 +617,9 @@ ERROR_CASES = {
 }
 
 
+@pytest.mark.parametrize("cfg", [TINY, SEQ], ids=lambda c: c.name)
 @pytest.mark.parametrize("insn, uops, code", ERROR_CASES.values(), ids=ERROR_CASES.keys())
-def test_range_errors(insn, uops, code):
+def test_range_errors(insn, uops, code, cfg):
     """Range errors come with ``done`` (no hang) and the code fsim reports; the core then runs on.
 
     The controls (no code) put the largest index exactly on the last entry
@@ -605,21 +629,21 @@ def test_range_errors(insn, uops, code):
     error and zero its rows: the error does not stick.
     """
     rng = np.random.default_rng(1)
-    contents = with_uops(random_contents(rng, TINY), insn.uop_bgn, uops)
+    contents = with_uops(random_contents(rng, cfg), insn.uop_bgn, uops)
     reset = Gemm(uop_bgn=300, uop_end=301, iter_out=1, iter_in=4, dst_factor_in=1, reset=True)
     contents = with_uops(contents, 300, [(240, 0, 0)])
-    (report, after), hw = run_core(TINY, contents, [insn, reset])
-    error, ref = fsim_reference(TINY, contents, [insn, reset])
+    (report, after), hw = run_core(cfg, contents, [insn, reset])
+    error, ref = fsim_reference(cfg, contents, [insn, reset])
     assert report["error"] == error == (code or 0)
     if code:
-        assert report["cycles"] <= insn.uop_count + 16
+        assert report["cycles"] <= cycle_limit(cfg, insn) + 16
     else:
         assert_state_matches(hw, ref, contents, [insn, reset])
     assert after["error"] == 0 and after["retired"] == 4
     assert (hw["acc"][240:244] == 0).all() and (hw["out"][240:244] == 0).all()
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE, SEQ], ids=lambda c: c.name)
 def test_instruction_sequence(cfg):
     """GEMM and ALU instructions one after another (each sees the last one's results) match fsim.
 

@@ -61,6 +61,9 @@ def test_fetch_stall_on_full_command_queue_is_reported():
     run(program)                                           # queues deep enough: fine
     with pytest.raises(DeadlockError, match=r"fetch stalled at instruction 2: the load command queue is full \(2\)"):
         run(program, TINY.replace(cmd_queue_depth=2))
+    # Without command queues a stream holds one instruction: the first LOAD waits for a token, the second stalls fetch.
+    with pytest.raises(DeadlockError, match=r"fetch stalled at instruction 1: the load command queue is full \(1\)"):
+        run(program, TINY.replace(cmd_queue_depth=0))
 
 
 def test_tokens_left_over_at_finish():
