@@ -7,7 +7,7 @@ Its LOADs run on a :class:`~tilewright.hw.padded_load.PaddedLoad` outside
 micro-op and accumulator SRAMs through ``uop_load`` and ``acc_load``.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import C, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory, ReadPort, WritePort
 from amaranth.lib.wiring import In, Out
@@ -123,7 +123,7 @@ class ComputeUnit(wiring.Component):
         wiring.connect(m, core.uop_read, uop_r)
         wiring.connect(m, core.acc_read_a, acc_ra)
         if c.requant_store and c.lean:
-            alu = core.alu_busy
+            alu = C(0) if c.serial_core else core.alu_busy      # (the serial core reads through the first alone)
             m.d.comb += [acc_rb.addr.eq(Mux(alu, core.acc_read_b.addr, store_read.addr)),
                          acc_rb.en.eq(Mux(alu, core.acc_read_b.en, store_read.en)),
                          core.acc_read_b.data.eq(acc_rb.data), store_read.data.eq(acc_rb.data),

