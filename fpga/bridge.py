@@ -106,12 +106,17 @@ class HostBridge(wiring.Component):
         out_byte = Signal(8)            # the memory byte being sent
         silence = Signal(range(self.idle_timeout + 1))
         write_pending = Signal()        # a MEM_WRITE byte waiting for the memory port
-        write_address = Signal(32)
+        # Addresses inside the memory take `reach` bits: the sums below are that wide, not 32 bits, and an
+        # address with a bit set above them (`far`, a register like the sums) is beyond the memory. No
+        # access is made before its range is checked, so the memory port's address needs no more.
+        reach = self.mem_bytes.bit_length()
+        write_address = Signal(reach)
         write_data = Signal(8)
         restart = Signal()              # a byte was taken, or no request was open, last cycle
         timed_out = (silence == self.idle_timeout) & ~restart
 
         address = header[:32]
+        near = address[:reach]
         reg_offset = header[:8]
         count = header[32:48]
         info = Const(int.from_bytes(self.info, "little"), 8 * len(self.info))
@@ -119,7 +124,7 @@ class HostBridge(wiring.Component):
         take = rx.valid & rx.ready
 
         m.d.comb += [mem.valid.eq(write_pending), mem.write.eq(write_pending), mem.wdata.eq(write_data),
-                     mem.addr.eq(Mux(write_pending, write_address, address + index)), regs.wstrb.eq(0xF),
+                     mem.addr.eq(Mux(write_pending, write_address, (near + index)[:reach])), regs.wstrb.eq(0xF),
                      regs.awaddr.eq(reg_offset), regs.araddr.eq(reg_offset), regs.wdata.eq(header[8:40])]
         with m.If(mem.valid & mem.ready & mem.write):
             m.d.sync += write_pending.eq(0)
@@ -205,9 +210,10 @@ class HostBridge(wiring.Component):
                 m.d.sync += length_ok.eq(0)
         # (MEM_READ's end in two register steps, the sum then the compare: in one, 11.8 ns on the 85F at
         # 100 MHz. Both are current by EXECUTE: CRC0, CRC1 and CHECK come after the header's last byte.)
-        read_end = Signal.like(address + count)
-        m.d.sync += [crc_ok.eq(received_crc == crc), read_end.eq(address + count),
-                     read_in_range.eq(read_end <= self.mem_bytes)]
+        read_end = Signal.like(near + count)
+        far = Signal()
+        m.d.sync += [crc_ok.eq(received_crc == crc), read_end.eq(near + count), far.eq(address[reach:].any()),
+                     read_in_range.eq(~far & (read_end <= self.mem_bytes))]
 
         receiving = Signal()
         # Where the payload's index stands, as flags registered every cycle: the index moves only as a
@@ -222,10 +228,10 @@ class HostBridge(wiring.Component):
                      writing_mem.eq(command == Command.MEM_WRITE), reading_mem.eq(command == Command.MEM_READ)]
         # Whether a MEM_WRITE of `length` bytes at `address` would leave the memory, in two register steps
         # (the sums and the compare in one reached `beyond`: 12.1 ns on the 85F at 100 MHz).
-        last_byte = address + (length - 4)
+        last_byte = near + (length - 4)
         write_end = Signal.like(last_byte)
         beyond = Signal()
-        m.d.sync += [write_end.eq(last_byte), beyond.eq(write_end > self.mem_bytes)]
+        m.d.sync += [write_end.eq(last_byte), beyond.eq(far | (write_end > self.mem_bytes))]
         with m.FSM() as fsm:
             with m.State("SYNC"):
                 m.d.comb += rx.ready.eq(1)
@@ -262,7 +268,7 @@ class HostBridge(wiring.Component):
                         with m.If(header_complete):
                             m.next = "WRITE_HEADER"
                         with m.If(past_header & (refused == 0)):
-                            m.d.sync += [write_pending.eq(1), write_address.eq(address + index - 4),
+                            m.d.sync += [write_pending.eq(1), write_address.eq(near + index - 4),
                                          write_data.eq(byte)]
             # A MEM_WRITE's address is complete: refuse the whole write now if it cannot be done, in
             # states taking no byte (the sum and compare, at the byte's arrival, reached the refusal's

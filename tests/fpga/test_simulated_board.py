@@ -69,6 +69,17 @@ def test_memory_beyond_the_board_is_refused(link):
         link.read_memory(MEM_BYTES - 2, 4)
     with pytest.raises(LinkError, match="BAD_ADDRESS"):
         link.write_memory(MEM_BYTES - 1, b"ab")
+    # Far beyond it: addresses whose low bits (all the bridge's sums see) lie inside the memory, at bytes
+    # 0 and 16, which the refused writes must leave alone.
+    link.write_memory(0, b"keep" * 5)
+    for far in (MEM_BYTES, 1 << 31, (1 << 32) - MEM_BYTES + 16):
+        with pytest.raises(LinkError, match="BAD_ADDRESS"):
+            link.read_memory(far, 4)
+        with pytest.raises(LinkError, match="BAD_ADDRESS"):
+            link.write_memory(far, b"abcd")
+    assert link.read_memory(0, 20) == b"keep" * 5
+    link.write_memory(MEM_BYTES - 4, b"edge")           # (the last bytes are still the memory's)
+    assert link.read_memory(MEM_BYTES - 4, 4) == b"edge"
 
 
 def test_an_abandoned_request_is_dropped(link):
