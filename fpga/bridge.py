@@ -98,11 +98,9 @@ class HostBridge(wiring.Component):
         length = Signal(16)
         index = Signal(16)              # payload bytes received, then reply payload bytes sent
         header = Signal(48)             # the first six payload bytes (address, count / offset, value)
-        received_crc = Signal(16)
         refused = Signal(8)             # a Status decided while receiving (0: none)
         status = Signal(8)
         reply_length = Signal(16)
-        value = Signal(32)              # REG_READ's answer
         out_byte = Signal(8)            # the memory byte being sent
         silence = Signal(range(self.idle_timeout + 1))
         write_pending = Signal()        # a MEM_WRITE byte waiting for the memory port
@@ -212,7 +210,7 @@ class HostBridge(wiring.Component):
         # 100 MHz. Both are current by EXECUTE: CRC0, CRC1 and CHECK come after the header's last byte.)
         read_end = Signal.like(near + count)
         far = Signal()
-        m.d.sync += [crc_ok.eq(received_crc == crc), read_end.eq(near + count), far.eq(address[reach:].any()),
+        m.d.sync += [read_end.eq(near + count), far.eq(address[reach:].any()),
                      read_in_range.eq(~far & (read_end <= self.mem_bytes))]
 
         receiving = Signal()
@@ -295,13 +293,13 @@ class HostBridge(wiring.Component):
             with m.State("CRC0"):
                 m.d.comb += receiving.eq(1)
                 received("CRC1", checked=False)
-                with m.If(take):
-                    m.d.sync += received_crc[:8].eq(byte)
+                with m.If(take):        # (the CRC took the last payload byte cycles ago: bytes come 10 bits apart)
+                    m.d.sync += crc_ok.eq(byte == crc[:8])
             with m.State("CRC1"):
                 m.d.comb += receiving.eq(1)
                 received("CHECK", checked=False)
                 with m.If(take):
-                    m.d.sync += received_crc[8:].eq(byte)
+                    m.d.sync += crc_ok.eq(crc_ok & (byte == crc[8:]))
             with m.State("CHECK"):                      # (the checks below are registered: a cycle to settle)
                 m.next = "EXECUTE"
             with m.State("EXECUTE"):
@@ -334,9 +332,8 @@ class HostBridge(wiring.Component):
                 with m.If(regs.arready):
                     m.next = "REG_READ_DATA"
             with m.State("REG_READ_DATA"):
-                m.d.comb += regs.rready.eq(1)
+                # The answer stays on R, not taken, until the reply has sent it (AXI holds it): no copy.
                 with m.If(regs.rvalid):
-                    m.d.sync += value.eq(regs.rdata)
                     reply(Status.OK, 4)
             with m.State("REG_WRITE"):
                 # The register file takes AW and W together.
@@ -365,7 +362,7 @@ class HostBridge(wiring.Component):
                         m.next = "TX_MEMORY"
                 with m.Else():
                     source = Mux(command == Command.INFO, info.word_select(index[:5], 8),
-                                 value.word_select(index[:2], 8))
+                                 regs.rdata.word_select(index[:2], 8))
                     with m.If(send(source, "TX_PAYLOAD")):
                         sent_payload_byte()
             with m.State("TX_MEMORY"):
@@ -376,6 +373,7 @@ class HostBridge(wiring.Component):
                 with m.If(send(out_byte, "TX_PAYLOAD")):
                     sent_payload_byte()
             with m.State("TX_CRC0"):
+                m.d.comb += regs.rready.eq(1)       # (a REG_READ's answer is sent: R may take it)
                 send(crc[:8], "TX_CRC1", checked=False)
             with m.State("TX_CRC1"):
                 send(crc[8:], "SYNC", checked=False)

@@ -9,7 +9,7 @@ memory answer ``SLVERR`` (reads return zero, writes are dropped), as the
 simulation DRAM models do.
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import C, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
@@ -39,7 +39,8 @@ class OnChipMemory(wiring.Component):
     into a bank per byte lane, each with its own copy of the
     address register, so no flip-flop drives all of them. (Yosys maps iCE40
     SPRAM only with its inputs driven the plain way, and a 24 MHz part
-    does not need the register.)
+    does not need the register.) Without it the RAM's output, held by its
+    read enable, is the beat waiting for R: no FIFO, no data registers.
 
     ``register_slice`` joins the AXI port through an
     :class:`~tilewright.hw.register_slice.AxiRegisterSlice` and the host's
@@ -59,9 +60,10 @@ class OnChipMemory(wiring.Component):
             raise ValueError(f"memory size {size} is not a whole number of {data_width}-bit words")
         self.size, self.data_width, self.ram_style = size, data_width, ram_style
         self.input_register, self.register_slice = input_register, register_slice
-        #: Read beats that may wait for R: one per cycle from a read's request to its entering the FIFO,
-        #: plus two (one for the cycle `room` is late by), so that a burst streams one beat per cycle.
-        self.r_fifo_depth = 7 if input_register else 5
+        #: With ``input_register``, read beats that may wait for R: one per cycle from a read's request to
+        #: its entering the FIFO, plus two (one for the cycle `room` is late by), so that a burst streams
+        #: one beat per cycle. (Without, the RAM's output is the beat waiting for R.)
+        self.r_fifo_depth = 7
         super().__init__({"axi": In(AxiSignature(addr_width=addr_width, data_width=data_width, id_width=id_width)),
                           "host": In(HostPortSignature())})
 
@@ -107,42 +109,29 @@ class OnChipMemory(wiring.Component):
             slice_channel(m, "host_slice", self.host, host, payload=("addr", "write", "wdata"))
             m.d.comb += [self.host.rvalid.eq(host.rvalid), self.host.rdata.eq(host.rdata)]
 
-        # -- read data: RAM · register (two with `input_register`) · FIFO · R ------------------------
-        # The RAM's output is registered before anything uses it and R is fed from a small FIFO, so
-        # neither the R handshake nor the accelerator's logic lies on a path through the RAM (spread
-        # over dozens of block RAMs, those paths are long). A beat is read only when the FIFO has room
-        # for it and every beat already on its way.
         tags = data.StructLayout({"axi": 1, "host": 1, "last": 1, "error": 1, "id": len(axi.arid)})
         requested = Signal(tags)             # the read asked for this cycle
-        issued = Signal(tags)                # what the RAM's output holds this cycle
-        loaded = Signal(tags)                # what `word` holds
-        word = Signal(self.data_width)
-        in_flight = [issued.axi, loaded.axi]
-        if self.input_register:
-            # A register on each side of the RAM: the output's placed by its block RAMs, `word` by the
-            # logic that reads it (on the 85F at 100 MHz a block RAM's 5.6 ns clock-to-out and the route
-            # to one register between them took 11.4 ns).
-            pending = Signal(tags)           # a read in the input register
-            landed = Signal(tags)            # what the output register holds
-            m.d.sync += [pending.eq(requested), issued.eq(pending), landed.eq(issued), loaded.eq(landed),
-                         word.eq(pipe(m, Cat(read_data), "ram_data", data=True))]
-            in_flight += [pending.axi, landed.axi]
-        else:
-            m.d.sync += [issued.eq(requested), loaded.eq(issued), word.eq(Cat(read_data))]
-        m.submodules.beats_out = out = fifo.SyncFIFO(width=self.data_width + tags.size, depth=self.r_fifo_depth)
-        out_tags = data.View(tags, out.r_data[self.data_width:])
-        m.d.comb += [
-            out.w_data.eq(Cat(word, loaded)), out.w_en.eq(loaded.axi),
-            axi.rvalid.eq(out.r_rdy), out.r_en.eq(axi.rready),
-            axi.rdata.eq(Mux(out_tags.error, 0, out.r_data[:self.data_width])),
-            axi.rresp.eq(Mux(out_tags.error, RESP_SLVERR, RESP_OKAY)),
-            axi.rlast.eq(out_tags.last), axi.rid.eq(out_tags.id),
-        ]
         host_byte = Signal(range(word_bytes))
-        m.d.comb += [host.rvalid.eq(loaded.host), host.rdata.eq(word.word_select(host_byte, 8))]
-        # A register, a cycle late and so with room for the beat read then too (a cycle adds at most one
-        # beat): on the 85F at 100 MHz its sum and compare reached the burst's address and count enables.
-        room = pipe(m, out.level + sum(in_flight) + 1 < self.r_fifo_depth, "room")
+        if self.input_register:
+            room, host_free = self._read_fifo(m, axi, host, requested, tags, Cat(read_data), host_byte)
+        else:
+            # -- read data: the RAM's output is R's beat -----------------------------------------
+            # Held there (the read enable off) until R takes it, the next beat read as it does: one a
+            # cycle, and no register or FIFO for the data (on a small part each of their flip-flops
+            # takes a logic cell of its own). The tags say what the output holds; a host read waits
+            # until no beat does.
+            beat = Signal(tags)
+            word = Cat(read_data)
+            m.d.sync += beat.host.eq(requested.host)
+            with m.If(requested.axi):
+                m.d.sync += beat.eq(requested)
+            with m.Elif(axi.rready):
+                m.d.sync += beat.axi.eq(0)
+            m.d.comb += [axi.rvalid.eq(beat.axi), axi.rdata.eq(Mux(beat.error, 0, word)),
+                         axi.rresp.eq(Mux(beat.error, RESP_SLVERR, RESP_OKAY)), axi.rlast.eq(beat.last),
+                         axi.rid.eq(beat.id),
+                         host.rvalid.eq(beat.host), host.rdata.eq(word.word_select(host_byte, 8))]
+            room, host_free = ~beat.axi | axi.rready, ~beat.axi
 
         # -- one burst at a time ---------------------------------------------------------
         addr = Signal(len(axi.araddr) - shift + 1)      # word index of the next beat
@@ -161,8 +150,9 @@ class OnChipMemory(wiring.Component):
         m.d.comb += requested.eq(0)
         with m.FSM() as fsm:
             with m.State("IDLE"):
-                take_read = axi.arvalid & ~(prefer_write & axi.awvalid) & ~host.valid
-                take_write = axi.awvalid & ~take_read & ~host.valid
+                host_asks = host.valid & host_free
+                take_read = axi.arvalid & ~(prefer_write & axi.awvalid) & ~host_asks
+                take_write = axi.awvalid & ~take_read & ~host_asks
                 m.d.comb += [axi.arready.eq(take_read), axi.awready.eq(take_write), ram_addr.eq(host.addr >> shift)]
                 with m.If(take_read):
                     m.d.sync += [addr.eq(axi.araddr >> shift), beats.eq(axi.arlen + 1), burst_id.eq(axi.arid),
@@ -172,7 +162,7 @@ class OnChipMemory(wiring.Component):
                     m.d.sync += [addr.eq(axi.awaddr >> shift), beats.eq(axi.awlen + 1), burst_id.eq(axi.awid),
                                  write_error.eq(0), prefer_write.eq(0)]
                     m.next = "WRITE"
-                with m.Elif(host.valid):
+                with m.Elif(host_asks):
                     m.d.comb += [host.ready.eq(1), read_en.eq(~host.write),
                                  write_en.eq(Mux(host.write, Const(1, word_bytes) << host.addr[:shift], 0)),
                                  requested.host.eq(~host.write)]
@@ -184,7 +174,7 @@ class OnChipMemory(wiring.Component):
                     m.d.comb += [requested.axi.eq(1), requested.error.eq(~in_range), requested.last.eq(beats == 1),
                                  requested.id.eq(burst_id)]
                     m.d.sync += [addr.eq(addr + 1), beats.eq(beats - 1), more.eq(beats != 1)]
-                with m.If(~more):           # the burst's beats follow through the FIFO
+                with m.If(~more):           # (its last beats still wait for R)
                     m.next = "IDLE"
             with m.State("WRITE"):
                 m.d.comb += [axi.wready.eq(1),
@@ -202,3 +192,35 @@ class OnChipMemory(wiring.Component):
         # reached the block RAMs' data registers through 11.1 ns on the 85F at 100 MHz).
         m.d.comb += write_data.eq(Mux(fsm.ongoing("WRITE"), axi.wdata, host.wdata.replicate(word_bytes)))
         return m
+
+    def _read_fifo(self, m, axi, host, requested, tags, ram_data, host_byte):
+        """The read path through registers and a FIFO (``input_register``): returns (whether a beat may
+        be read, whether the host may read)."""
+        # The RAM's output is registered before anything uses it and R is fed from a small FIFO, so
+        # neither the R handshake nor the accelerator's logic lies on a path through the RAM (spread
+        # over dozens of block RAMs, those paths are long). A beat is read only when the FIFO has room
+        # for it and every beat already on its way.
+        issued = Signal(tags)                # what the RAM's output holds this cycle
+        loaded = Signal(tags)                # what `word` holds
+        word = Signal(self.data_width)
+        # A register on each side of the RAM: the output's placed by its block RAMs, `word` by the
+        # logic that reads it (on the 85F at 100 MHz a block RAM's 5.6 ns clock-to-out and the route
+        # to one register between them took 11.4 ns).
+        pending = Signal(tags)               # a read in the input register
+        landed = Signal(tags)                # what the output register holds
+        m.d.sync += [pending.eq(requested), issued.eq(pending), landed.eq(issued), loaded.eq(landed),
+                     word.eq(pipe(m, ram_data, "ram_data", data=True))]
+        in_flight = [pending.axi, issued.axi, landed.axi, loaded.axi]
+        m.submodules.beats_out = out = fifo.SyncFIFO(width=self.data_width + tags.size, depth=self.r_fifo_depth)
+        out_tags = data.View(tags, out.r_data[self.data_width:])
+        m.d.comb += [
+            out.w_data.eq(Cat(word, loaded)), out.w_en.eq(loaded.axi),
+            axi.rvalid.eq(out.r_rdy), out.r_en.eq(axi.rready),
+            axi.rdata.eq(Mux(out_tags.error, 0, out.r_data[:self.data_width])),
+            axi.rresp.eq(Mux(out_tags.error, RESP_SLVERR, RESP_OKAY)),
+            axi.rlast.eq(out_tags.last), axi.rid.eq(out_tags.id),
+            host.rvalid.eq(loaded.host), host.rdata.eq(word.word_select(host_byte, 8)),
+        ]
+        # A register, a cycle late and so with room for the beat read then too (a cycle adds at most one
+        # beat): on the 85F at 100 MHz its sum and compare reached the burst's address and count enables.
+        return pipe(m, out.level + sum(in_flight) + 1 < self.r_fifo_depth, "room"), C(1)

@@ -87,29 +87,37 @@ def _burst_layout(bus_bytes):
                               "hi": range(1, bus_bytes + 1), "last": 1})
 
 
-def _address_channel(m, axi, prefix, split, pending, bus_bytes, *, room=1):
+def _address_channel(m, axi, prefix, split, pending, bus_bytes, *, room=1, skid=True):
     """Drive AXI's AR or AW channel (``prefix`` "ar"/"aw") with the splitter's bursts: ID 0, INCR bursts
     of whole bus words. A burst passes a :class:`~.register_slice.SkidBuffer` (its length comes from
     compares and carry chains, and the channel fans out to an arbiter and beyond; the splitter's
     ``ready`` is then a flip-flop's, not the arbiter's grant, which on the 85F at 100 MHz reached every
     register of the splitter) and its descriptor enters ``pending`` as its address is accepted, so
-    data never runs ahead of the address. ``room`` holds bursts back. Returns whether a burst is not
-    yet sent."""
+    data never runs ahead of the address. ``room`` holds bursts back; without ``skid`` the bursts go
+    straight to the channel. Returns whether a burst is not yet sent."""
     ch = {name: getattr(axi, prefix + name) for name in ("id", "addr", "len", "size", "burst", "valid", "ready")}
     request = Cat(split.request.payload.as_value(), split.burst.payload.as_value())
-    m.submodules[f"{prefix}_held"] = held = SkidBuffer(len(request))
     addr = Signal.like(split.request.payload.addr, name=f"{prefix}_addr")
     beats = Signal.like(split.request.payload.beats, name=f"{prefix}_beats")
     descriptor = Signal.like(split.burst.payload, name=f"{prefix}_burst")
     sendable = pending.w_rdy & room
-    m.d.comb += [held.i_payload.eq(request), held.i_valid.eq(split.request.valid),
-                 split.request.ready.eq(held.i_ready), split.burst.ready.eq(held.i_ready),
-                 Cat(addr, beats, descriptor).eq(held.o_payload),
-                 ch["id"].eq(0), ch["addr"].eq(addr), ch["len"].eq(beats - 1),
+    if skid:
+        m.submodules[f"{prefix}_held"] = held = SkidBuffer(len(request))
+        m.d.comb += [held.i_payload.eq(request), held.i_valid.eq(split.request.valid),
+                     split.request.ready.eq(held.i_ready), split.burst.ready.eq(held.i_ready),
+                     Cat(addr, beats, descriptor).eq(held.o_payload), held.o_ready.eq(ch["ready"] & sendable)]
+        offered = held.o_valid
+    else:
+        # Straight to the channel: the splitter offers a burst only while it could be sent (the
+        # descriptor's `ready`), so the channel's `valid` does not wait on its `ready`.
+        m.d.comb += [Cat(addr, beats, descriptor).eq(request), split.burst.ready.eq(sendable),
+                     split.request.ready.eq(ch["ready"])]
+        offered = split.request.valid
+    m.d.comb += [ch["id"].eq(0), ch["addr"].eq(addr), ch["len"].eq(beats - 1),
                  ch["size"].eq(bus_bytes.bit_length() - 1), ch["burst"].eq(BURST_INCR),
-                 ch["valid"].eq(held.o_valid & sendable), held.o_ready.eq(ch["ready"] & sendable),
+                 ch["valid"].eq(offered & sendable),
                  pending.w_data.eq(descriptor), pending.w_en.eq(ch["valid"] & ch["ready"])]
-    return held.o_valid         # (the skid register holds a burst only behind the output's)
+    return offered         # (a skid register holds a burst only behind the output's)
 
 
 class _Splitter(wiring.Component):
@@ -430,7 +438,8 @@ class _LeanBurstSplitter(_Splitter):
 class RowReader(wiring.Component):
     """Reads a 2D transfer and emits its data beats tagged with their valid bytes, in bursts of at most
     ``max_beats`` beats (AXI's 256 unless asked for fewer; ``lean``: :data:`LEAN_BURST_BEATS`), up to
-    ``outstanding`` of them in flight.
+    ``outstanding`` of them in flight. ``timing_registers`` false leaves out the skid buffers on AR and
+    (``lean``) on the beats handed out.
 
     Members
     -------
@@ -447,11 +456,12 @@ class RowReader(wiring.Component):
         A read response of the current transfer was not OKAY.
     """
 
-    def __init__(self, *, addr_width, data_width, outstanding=4, lean=False, max_beats=MAX_BURST_BEATS):
+    def __init__(self, *, addr_width, data_width, outstanding=4, lean=False, max_beats=MAX_BURST_BEATS,
+                 timing_registers=True):
         self.bus_bytes = data_width // 8
         self.addr_width = addr_width
         self.outstanding = outstanding
-        self.lean, self.max_beats = lean, max_beats
+        self.lean, self.max_beats, self.timing_registers = lean, max_beats, timing_registers
         super().__init__({
             "cmd": In(stream.Signature(TransferLayout(addr_width))),
             "beats": Out(stream.Signature(BeatLayout(data_width))),
@@ -469,7 +479,7 @@ class RowReader(wiring.Component):
         m.submodules.pending = pending = fifo.SyncFIFOBuffered(
             width=len(split.burst.payload.as_value()), depth=self.outstanding)
         wiring.connect(m, wiring.flipped(self.cmd), split.cmd)
-        unsent = _address_channel(m, self.axi, "ar", split, pending, B)
+        unsent = _address_channel(m, self.axi, "ar", split, pending, B, skid=self.timing_registers)
         burst = data.View(_burst_layout(B), pending.r_data)
         beat = Signal(range(MAX_BURST_BEATS))
         first = beat == 0
@@ -478,7 +488,7 @@ class RowReader(wiring.Component):
         # `rready` is then a flip-flop's, not the end of a client's logic deciding whether it takes a
         # beat (on the 85F at 100 MHz the loader's reached the memory's R register through it, 14.4 ns).
         beats = stream.Signature(BeatLayout(B * 8)).create(path=("beats_in",))
-        if self.lean:
+        if self.lean and self.timing_registers:
             m.submodules.beat_buffer = buffer = SkidBuffer(len(beats.payload.as_value()))
             m.d.comb += [buffer.i_valid.eq(beats.valid), buffer.i_payload.eq(beats.payload),
                          beats.ready.eq(buffer.i_ready), self.beats.valid.eq(buffer.o_valid),
@@ -667,14 +677,18 @@ class RowWriter(wiring.Component):
     busy : Out(1)
     error : Out(1)
         A write response of the current transfer was not OKAY.
+
+    ``timing_registers`` false leaves out AW's skid buffer and, for elements of a beat or more, the
+    register an element waits in for W: W's data is then the element offered, which must hold until it
+    is taken (as a stream's payload does).
     """
 
-    def __init__(self, *, addr_width, data_width, elem_bytes, outstanding=4, lean=False):
+    def __init__(self, *, addr_width, data_width, elem_bytes, outstanding=4, lean=False, timing_registers=True):
         self.bus_bytes = data_width // 8
         self.addr_width = addr_width
         self.elem_bytes = elem_bytes
         self.outstanding = outstanding
-        self.lean = lean
+        self.lean, self.timing_registers = lean, timing_registers
         super().__init__({
             "cmd": In(stream.Signature(TransferLayout(addr_width))),
             "elements": In(stream.Signature(elem_bytes * 8)),
@@ -696,7 +710,8 @@ class RowWriter(wiring.Component):
         aw_sent = self.axi.awvalid & self.axi.awready
         b_taken = self.axi.bvalid & self.axi.bready
         m.d.sync += responses.eq(responses + aw_sent - b_taken)
-        unsent = _address_channel(m, self.axi, "aw", split, pending, B, room=responses < self.outstanding)
+        unsent = _address_channel(m, self.axi, "aw", split, pending, B, room=responses < self.outstanding,
+                                  skid=self.timing_registers)
         # `busy` is a flip-flop, set a cycle ahead: the STORE's drain took the OR of these into its state,
         # 10.4-10.8 ns on the 85F at 100 MHz. Whatever is busy now leaves something busy next cycle (a
         # burst split is unsent or pending, a pending burst's address went first so its response is due),
@@ -732,27 +747,34 @@ class RowWriter(wiring.Component):
 
         if E >= B:
             n = E // B
-            held = Signal(E * 8, reset_less=True)
             part = Signal(range(n)) if n > 1 else Const(0)
-            have = Signal()
             last_part = (part == n - 1) if n > 1 else Const(1)
-            m.d.comb += [
-                self.axi.wdata.eq(held.word_select(part, B * 8) if n > 1 else held),
-                self.axi.wstrb.eq(2 ** B - 1),
-                self.axi.wvalid.eq(have & pending.r_rdy),
-                # The next element may arrive in the cycle the last part goes out.
-                self.elements.ready.eq(~have | (send & last_part)),
-            ]
-            with m.If(send):
-                with m.If(last_part):
+            if n > 1:
+                with m.If(send & ~last_part):
+                    m.d.sync += part.eq(part + 1)
+            if self.timing_registers:
+                held = Signal(E * 8, reset_less=True)
+                have = Signal()
+                m.d.comb += [
+                    self.axi.wvalid.eq(have & pending.r_rdy),
+                    # The next element may arrive in the cycle the last part goes out.
+                    self.elements.ready.eq(~have | (send & last_part)),
+                ]
+                with m.If(send & last_part):
                     m.d.sync += have.eq(0)
+                with m.If(self.elements.valid & self.elements.ready):
+                    m.d.sync += [held.eq(self.elements.payload), have.eq(1)]
+                    if n > 1:
+                        m.d.sync += part.eq(0)
+            else:       # (the element holds until its last part is sent)
+                held = self.elements.payload
+                m.d.comb += [self.axi.wvalid.eq(self.elements.valid & pending.r_rdy),
+                             self.elements.ready.eq(send & last_part)]
                 if n > 1:
-                    with m.Else():
-                        m.d.sync += part.eq(part + 1)
-            with m.If(self.elements.valid & self.elements.ready):
-                m.d.sync += [held.eq(self.elements.payload), have.eq(1)]
-                if n > 1:
-                    m.d.sync += part.eq(0)
+                    with m.If(send & last_part):
+                        m.d.sync += part.eq(0)
+            m.d.comb += [self.axi.wdata.eq(held.word_select(part, B * 8) if n > 1 else held),
+                         self.axi.wstrb.eq(2 ** B - 1)]
         else:
             slots = B // E
             shift = E.bit_length() - 1

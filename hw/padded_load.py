@@ -13,7 +13,7 @@ from .dma import ElementPacker, ReadClient
 from .dsp import is_small_fpga
 from .pipe import pipe, replicas
 from .register_slice import SkidBuffer
-from .sram import load_granularity, load_slices, sram_shape
+from .sram import acc_loads_by_lane, load_granularity, sram_shape
 from .transfer_check import MAX_EXTENT, TransferCheck
 
 __all__ = ["PaddedLoad", "LoadRequest", "LoadShare", "one_of"]
@@ -111,7 +111,8 @@ class PaddedLoad(wiring.Component):
         shifts = [self.elem_bytes[mt].bit_length() - 1 for mt in types]
         # (the bus holds at most 2**(addr_width - shift) elements of a type)
         m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=self.lean,
-                                                   limit_bits=self.addr_width - min(shifts))
+                                                   limit_bits=self.addr_width - min(shifts),
+                                                   compact=self.cfg.slow_clock)
 
         # The instruction's memory type, one-hot, and what it implies: a register computed every cycle (the
         # instruction is stable from the cycle before the start; a shared loader's comes from a register
@@ -120,7 +121,11 @@ class PaddedLoad(wiring.Component):
         # The same, registered as the LOAD starts: the paths that move beats and write entries decode a
         # register of their own, not the instruction (which a shared loader selects among streams).
         moving = Signal.like(selected, reset_less=True)
-        slices = [max(1, self.elem_bytes[mt] // B) for mt in types]      # beats per DRAM element
+        # What an entry is written from: a DRAM element, or a bus-wide slice of one (`slices` of them), or
+        # with `acc_loads_by_lane` an ACC8 element's bytes, a lane each, from its beat (a beat each: the bus
+        # is one accumulator wide), taken as its last byte is written.
+        by_lane = {mt: mt == MemType.ACC8 and acc_loads_by_lane(self.cfg) for mt in types}
+        slices = [self.acc_lanes[0] if by_lane[mt] else max(1, self.elem_bytes[mt] // B) for mt in types]
 
         def per_type(values, one_hot=selected):
             return one_of(one_hot, values)
@@ -143,7 +148,8 @@ class PaddedLoad(wiring.Component):
         element_valid = per_type([valid for valid, _ in sources], moving)
         word = per_type([payload for _, payload in sources], moving)     # an element (below a beat) or a beat
         taking = Signal()           # the walk takes the element this cycle
-        if self.lean:
+        skid = self.lean and not self.cfg.slow_clock
+        if skid:
             # A lean loader's walk takes its elements from a skid buffer: whether an entry is done, which
             # steps the walk's counters and flags, starts from flip-flops, not from the choice among the
             # sources by memory type (on the 85F at 100 MHz, 12-13 ns into those enables), and the sources
@@ -206,8 +212,10 @@ class PaddedLoad(wiring.Component):
         write_now = writing & (~in_data | element_valid)
         entry_done = write_now & (~in_data | last_part)
         elements = Signal(2 * isa.SIZE_BITS, reset_less=True)       # DRAM elements written so far
-        m.d.comb += taking.eq(write_now & in_data)
-        packed_ready, direct_ready = (buffer.i_ready,) * 2 if self.lean else (taking, writing & in_data)
+        # (an ACC8 beat by lane stays until its last byte is written)
+        keeps_beat = uses(lambda mt: by_lane[mt]) & ~last_part if any(by_lane.values()) else 0
+        m.d.comb += taking.eq(write_now & in_data & ~keeps_beat)
+        packed_ready, direct_ready = (buffer.i_ready,) * 2 if skid else (taking, writing & in_data & ~keeps_beat)
         for packer in packers.values():
             m.d.comb += packer.elements.ready.eq(packed_ready)
         with m.If(direct):
@@ -228,7 +236,7 @@ class PaddedLoad(wiring.Component):
                      w_whole.eq(~in_data | one_part)]
         for n, b in enumerate(self.buffers):
             port = getattr(self, f"write_{b}")
-            port_slices = load_slices(self.cfg, b)
+            port_slices = len(port.en)
             mine = [k for k, mt in enumerate(types) if mt.buffer == b]
             # Each buffer's data comes from `w_word` by a register of its own, the type of the data written,
             # one-hot among the buffer's types, or none in the padding: the data is then 0. (`in_data` chose
@@ -240,11 +248,11 @@ class PaddedLoad(wiring.Component):
             for k in mine:
                 mt = types[k]
                 E = self.elem_bytes[mt]
-                if E <= B:       # whole elements: one entry a write
+                if E <= B and not by_lane[mt]:       # whole elements: one entry a write
                     datas.append(self._entry(mt, w_word[:E * 8]))
                     masks.append((1 << port_slices) - 1)
-                else:            # slices: the beat goes to every slice, the mask picks one
-                    entry = self._entry(mt, w_word)
+                else:            # slices: the beat (or the byte's lane) goes to every slice, the mask picks one
+                    entry = self._entry(mt, w_word.word_select(w_part, 8) if by_lane[mt] else w_word)
                     datas.append(entry.replicate(len(port.data.as_value()) // len(entry)))
                     per_slice = port_slices // slices[k]
                     masks.append(Mux(w_whole, (1 << port_slices) - 1, ((1 << per_slice) - 1) << (w_part * per_slice)))

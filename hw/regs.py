@@ -130,9 +130,13 @@ class RegisterFile(wiring.Component):
     insn_addr, insn_count : Out(32)
     status, error_index, fingerprint : In(32)
     counters : In(32) each, named as in :data:`COUNTERS`
+
+    ``direct_writes`` writes a register in the cycle AW and W are taken, from the bus (a slow clock's:
+    no registers for the request, and B a cycle sooner).
     """
 
-    def __init__(self):
+    def __init__(self, *, direct_writes=False):
+        self.direct_writes = direct_writes
         members = {"bus": In(AxiLiteSignature(addr_width=ADDR_WIDTH)), "start": Out(1),
                    "insn_addr": Out(32), "insn_count": Out(32),
                    "status": In(32), "error_index": In(32), "fingerprint": In(32)}
@@ -145,19 +149,23 @@ class RegisterFile(wiring.Component):
         # Writes: take AW and W together into registers, apply them the cycle after, then answer on B (the
         # manager's handshake reached the registers' enables through the address's decode: on the 85F at
         # 100 MHz the host bridge's state did, 11.1 ns).
-        b_pending, w_due = Signal(), Signal()
-        w_offset = Signal(len(bus.awaddr) - 2, reset_less=True)
-        w_data = Signal.like(bus.wdata, reset_less=True)
-        w_starts = Signal(reset_less=True)
-        take_write = bus.awvalid & bus.wvalid & ~b_pending & ~w_due
+        b_pending, w_due = Signal(), Signal()          # (w_due: the write is applied this cycle)
+        take_write = bus.awvalid & bus.wvalid & ~b_pending & (1 if self.direct_writes else ~w_due)
+        starts = bus.wdata[CONTROL_START_BIT] & bus.wstrb[CONTROL_START_BIT // 8]
         m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write), bus.bvalid.eq(b_pending),
                      bus.bresp.eq(RESP_OKAY)]
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += b_pending.eq(0)
-        m.d.sync += w_due.eq(take_write)
-        with m.If(take_write):
-            m.d.sync += [w_offset.eq(bus.awaddr[2:]), w_data.eq(bus.wdata),
-                         w_starts.eq(bus.wdata[CONTROL_START_BIT] & bus.wstrb[CONTROL_START_BIT // 8])]
+        if self.direct_writes:
+            w_offset, w_data, w_starts = bus.awaddr[2:], bus.wdata, starts
+            m.d.comb += w_due.eq(take_write)
+        else:
+            w_offset = Signal(len(bus.awaddr) - 2, reset_less=True)
+            w_data = Signal.like(bus.wdata, reset_less=True)
+            w_starts = Signal(reset_less=True)
+            m.d.sync += w_due.eq(take_write)
+            with m.If(take_write):
+                m.d.sync += [w_offset.eq(bus.awaddr[2:]), w_data.eq(bus.wdata), w_starts.eq(starts)]
         with m.If(w_due):
             m.d.sync += b_pending.eq(1)
             with m.Switch(w_offset):

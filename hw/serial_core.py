@@ -31,11 +31,11 @@ from amaranth.lib import data
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
-from .core import (ComputeCore, LoopGenerator, _AluLane, adder_tree, alu_reads_one_port, index_out_of_range,
+from .core import (ComputeCore, LoopGenerator, adder_tree, alu_reads_one_port, index_out_of_range,
                    product_registers_reset_less, uop_range_bad)
 from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe
-from .sram import widened
+from .sram import acc_loads_by_lane, widened
 
 __all__ = ["SerialCore", "core_for"]
 
@@ -62,7 +62,7 @@ class SerialCore(ComputeCore):
         # (the instruction is stable from the cycle before the start until done: decoded straight from it)
         is_gemm = gemm.opcode == isa.Opcode.GEMM
         alu_is = {op: alu.alu_op == op for op in AluOp}
-        m.submodules.loops = loops = LoopGenerator(
+        m.submodules.loops = loops = _SerialLoops(
             uop_bits=c.index_bits("uop"), index_bits=(c.index_bits("acc"), c.src_index_bits, c.index_bits("wgt")))
         m.d.comb += [
             loops.uop_bgn.eq(gemm.uop_bgn), loops.uop_end.eq(gemm.uop_end),
@@ -110,7 +110,11 @@ class SerialCore(ComputeCore):
         wr_acc_en = pipe(m, Mux(loading, widened(load.en, len(self.acc_write.en) // len(load.en)),
                                 widened(write, len(self.acc_write.en) // len(write))), "wr_acc_en")
         wr_dst = pipe(m, Mux(loading, load.addr, dst[:acc_bits]), "wr_dst", data=True)
-        wr_data = pipe(m, Mux(loading, load.data.as_value(), result.replicate(lanes)), "wr_data", data=True)
+        if acc_loads_by_lane(c):       # (a LOAD's lane on every lane too: one lane's multiplexer)
+            wr_data = pipe(m, Mux(loading, load.data.as_value()[:width], result.as_unsigned()), "wr_data",
+                           data=True).replicate(lanes)
+        else:
+            wr_data = pipe(m, Mux(loading, load.data.as_value(), result.replicate(lanes)), "wr_data", data=True)
         m.d.comb += [
             self.acc_write.addr.eq(wr_dst), self.acc_write.data.eq(wr_data), self.acc_write.en.eq(wr_acc_en),
             self.out_write.addr.eq(wr_dst), self.out_write.en.eq(wr_en),
@@ -153,16 +157,8 @@ class SerialCore(ComputeCore):
         clear = gemm.reset | gemm.overwrite
         g_result = Mux(clear, 0, row_lane) + Mux(gemm.reset, 0, total)
 
-        # -- ALU: one lane, its operands in registers -------------------------------------------
-        a_op, b_op = Signal(signed(width), reset_less=True), Signal(signed(width), reset_less=True)
-        step = Signal(range(width + 2))      # (a shift takes up to width + 2 cycles: `step` must not wrap to 0)
-        first = step == 0
-        alu_lane = _AluLane(m, alu_is, a_op, b_op, width, 0, serial_from=first if c.serial_mul else None,
-                            reset_less=reset_less, held=True, serial_shift=first)
-        # (SHR a bit a cycle; MUL with `serial_mul` a partial product a cycle, `width` of them)
-        steps_left = alu_is[AluOp.SHR] & (first | alu_lane.shifting)
-        if c.serial_mul:
-            steps_left |= alu_is[AluOp.MUL] & (step != width - 1)
+        # -- ALU: one lane, in one adder over a few cycles (_SerialAlu) ---------------------------
+        alu_unit = _SerialAlu(m, alu_is, width)
 
         m.d.comb += [self.error.eq(error), self.idle.eq(~active),
                      self.gemm_busy.eq(active & is_gemm), self.alu_busy.eq(active & ~is_gemm)]
@@ -216,18 +212,17 @@ class SerialCore(ComputeCore):
                 m.d.comb += [acc_port.addr.eq(src), acc_port.en.eq(1)]
                 m.next = "ALU_DST"
             with m.State("ALU_DST"):
-                m.d.sync += b_op.eq(Mux(alu.use_imm, alu.imm, row_lane))
+                alu_unit.take_b(Mux(alu.use_imm, alu.imm, row_lane))
                 m.d.comb += [acc_port.addr.eq(dst), acc_port.en.eq(1)]
                 m.next = "ALU_OPERANDS"
             with m.State("ALU_OPERANDS"):
-                m.d.sync += [a_op.eq(row_lane), step.eq(0)]
+                alu_unit.take_a(row_lane)
                 m.next = "ALU_OP"
             with m.State("ALU_OP"):
-                m.d.sync += step.eq(step + 1)
-                with m.If(~steps_left):
+                with m.If(alu_unit.step()):
                     m.next = "ALU_RESULT"
             with m.State("ALU_RESULT"):
-                m.d.comb += [write_lane.eq(1), result.eq(alu_lane.result[:width]), result_lane.eq(lane)]
+                m.d.comb += [write_lane.eq(1), result.eq(alu_unit.result), result_lane.eq(lane)]
                 m.next = "ALU_WRITTEN"
             with m.State("ALU_WRITTEN"):         # (the write register writes the lane: no read this cycle)
                 m.d.sync += lane.eq(lane + 1)
@@ -239,4 +234,111 @@ class SerialCore(ComputeCore):
         # The GEMM's sums leave the tree into the write register whatever the state: a lane a cycle.
         with m.If(g_valid):
             m.d.comb += [write_lane.eq(1), result.eq(g_result), result_lane.eq(g_lane)]
+        return m
+
+
+class _SerialAlu:
+    """``op(a, b)`` (docs/isa.md) for one accumulator lane in one adder, over one or more cycles.
+
+    Three registers: ``r`` (``a``, then the sum, or the product as it accumulates), ``q`` (``a`` again,
+    halved a cycle: a right shift's value, or the MUL's multiplier bits) and ``b`` (the source operand,
+    doubled a cycle for MUL; for a left shift, once its amount is taken, ``a`` doubled a cycle). Called from the core's states: :meth:`take_b`, then :meth:`take_a`, then
+    :meth:`step` every cycle until it says the result is in; :attr:`result` is valid after that.
+
+    ADD adds ``b`` to ``r``; MIN and MAX subtract ``b`` from ``r`` in the same adder and keep whether
+    ``a < b`` (one cycle each). MUL adds ``b·2**k`` into ``r`` while bit ``k`` of ``a`` is set, ``width``
+    cycles (two's complement: the low bits of a product are those of the unsigned one). SHR shifts ``q``
+    by its amount, clamped as the ISA does (at most ``width - 1`` right, ``width`` left: to 0), a bit a
+    cycle: ``max(1, n)`` cycles for a shift by ``n``.
+    """
+
+    def __init__(self, m, op_is, width):
+        self.m, self.op_is, self.width = m, op_is, width
+        self.r = Signal(width, name="alu_r", reset_less=True)
+        self.q = Signal(width, name="alu_q", reset_less=True)
+        self.b = Signal(width, name="alu_b", reset_less=True)
+        self.count = Signal(range(width + 1), name="alu_count", reset_less=True)   # steps left (MUL, SHR)
+        self.shift_left = Signal(name="alu_shift_left", reset_less=True)
+        self.take_b_result = Signal(name="alu_take_b", reset_less=True)          # MIN/MAX: the result is b
+        compares = op_is[AluOp.MIN] | op_is[AluOp.MAX]
+        multiplies = op_is[AluOp.MUL]
+        # The adder: r + b (ADD), r - b (MIN, MAX: a carry in and b inverted; the sign of the 33-bit
+        # difference is a < b), r + b while q's low bit is set (MUL)
+        addend = Mux(multiplies, self.b & self.q[0].replicate(width), self.b ^ compares.replicate(width))
+        self.total = (Cat(self.r, self.r[-1]) + Cat(addend, addend[-1]) + compares)[:width + 1]
+        self.result = Mux(op_is[AluOp.SHR], Mux(self.shift_left, self.b, self.q),
+                          Mux(compares & self.take_b_result, self.b, self.r))
+
+    def take_b(self, value):
+        """The source operand (the source lane or the immediate), in the state before :meth:`take_a`."""
+        self.m.d.sync += self.b.eq(value)
+
+    def take_a(self, value):
+        """The destination lane; and from the source operand the steps the operation takes."""
+        m, width, b = self.m, self.width, self.b
+        shift_bits = (width - 1).bit_length()
+        sign, high, low = b[-1], b[shift_bits:-1], b[:shift_bits]
+        # Shift amounts clamped from bit tests, not wide compares: b >= width - 1 and, for b < 0,
+        # -b >= width (b[shift_bits:-1] all ones means -2**shift_bits <= b < 0).
+        negated = (-b[:shift_bits + 1])[:shift_bits + 1]
+        right = Mux(~sign & (high.any() | (low >= width - 1)), width - 1, low)
+        left = Mux(~(sign & high.all()) | (negated >= width), width, negated)
+        steps = Mux(self.op_is[AluOp.SHR], Mux(sign, left, right), Mux(self.op_is[AluOp.MUL], width, 0))
+        m.d.sync += [self.r.eq(Mux(self.op_is[AluOp.MUL], 0, value)), self.q.eq(value), self.count.eq(steps),
+                     self.shift_left.eq(sign & self.op_is[AluOp.SHR])]
+        with m.If(sign & self.op_is[AluOp.SHR]):
+            m.d.sync += b.eq(value)
+
+    def step(self):
+        """One cycle of the operation; returns whether it is the last."""
+        m, op_is, q = self.m, self.op_is, self.q
+        with m.If(op_is[AluOp.ADD] | op_is[AluOp.MUL]):
+            m.d.sync += self.r.eq(self.total[:self.width])
+        m.d.sync += self.take_b_result.eq(self.total[-1] ^ op_is[AluOp.MIN])    # (a < b) for MAX, not for MIN
+        with m.If(self.count != 0):
+            m.d.sync += [self.count.eq(self.count - 1), q.eq(Cat(q[1:], q[-1]))]
+            with m.If(op_is[AluOp.MUL] | self.shift_left):
+                m.d.sync += self.b.eq(self.b << 1)
+        return self.count[1:] == 0
+
+
+class _SerialLoops(LoopGenerator):
+    """:class:`~tilewright.hw.core.LoopGenerator`'s walk in less logic, for the serial core, which steps it
+    once a micro-op (several cycles) at the most: whether each counter is at its last value is a compare
+    with the instruction's bound, not a flag kept beside it, and emptiness is decided as the walk starts."""
+
+    def elaborate(self, platform):
+        m = Module()
+        # (set at `start`, read only while running: no reset)
+        o, i = Signal(isa.LOOP_BITS, reset_less=True), Signal(isa.LOOP_BITS, reset_less=True)
+        u = Signal(self.uop_bits + 1, reset_less=True)
+        names = tuple(self.index_bits)
+        base = [Signal(self.index_bits[n] + 1, name=f"base_{n}", reset_less=True) for n in names]   # o·f_out
+        off = [Signal(self.index_bits[n] + 1, name=f"off_{n}", reset_less=True) for n in names]     # + i·f_in
+
+        def step(offset, factor):        # (saturating at all ones, as the LoopGenerator's)
+            total = offset + factor
+            return Mux(total[-1], (1 << len(offset)) - 1, total[:len(offset)])
+
+        running = Signal()
+        last_u, last_i, last_o = u + 1 == self.uop_end, i + 1 == self.iter_in, o + 1 == self.iter_out
+        m.d.comb += [self.valid.eq(running), self.busy.eq(running), self.out.u.eq(u),
+                     self.out.last.eq(last_u & last_i & last_o)]
+        m.d.comb += [getattr(self.out, n).eq(off[k]) for k, n in enumerate(names)]
+        empty = (self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0)
+        with m.If(self.start):
+            m.d.sync += [running.eq(~empty & ~self.skip), o.eq(0), i.eq(0), u.eq(self.uop_bgn)]
+            m.d.sync += [s.eq(0) for s in base + off]
+        with m.Elif(running & ~self.hold):
+            with m.If(self.stop | self.out.last):
+                m.d.sync += running.eq(0)
+            with m.If(~last_u):
+                m.d.sync += u.eq(u + 1)
+            with m.Elif(~last_i):
+                m.d.sync += [u.eq(self.uop_bgn), i.eq(i + 1)]
+                m.d.sync += [off[k].eq(step(off[k], self.factors[f"{n}_in"])) for k, n in enumerate(names)]
+            with m.Else():
+                m.d.sync += [u.eq(self.uop_bgn), i.eq(0), o.eq(o + 1)]
+                m.d.sync += [base[k].eq(step(base[k], self.factors[f"{n}_out"])) for k, n in enumerate(names)]
+                m.d.sync += [off[k].eq(step(base[k], self.factors[f"{n}_out"])) for k, n in enumerate(names)]
         return m

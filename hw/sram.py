@@ -7,8 +7,8 @@ from amaranth.lib import data
 
 from tilewright import isa
 
-__all__ = ["sram_shape", "load_slices", "load_granularity", "alu_granularity", "acc_granularity", "widened",
-           "never_reads_while_written", "NO_RW_CHECK"]
+__all__ = ["sram_shape", "load_slices", "load_granularity", "alu_granularity", "acc_granularity",
+           "acc_loads_by_lane", "widened", "never_reads_while_written", "NO_RW_CHECK"]
 
 #: The memory attribute :func:`never_reads_while_written` sets (Yosys's name for the same promise).
 NO_RW_CHECK = "no_rw_check"
@@ -54,6 +54,14 @@ def acc_granularity(cfg):
     lanes = cfg.lanes("acc")[0]
     granularity = math.gcd(load_granularity(cfg, "acc") or lanes, alu_granularity(cfg) or lanes)
     return None if granularity == lanes else granularity
+
+
+def acc_loads_by_lane(cfg):
+    """Whether LOADs write the accumulators a lane at a time, the lane's value on every lane of the write
+    data: with the serial core (which writes its results so) when a bus beat is one accumulator lane. An
+    ACC beat is then one lane already; an ACC8 element's bytes go each into its lane, a cycle apart. The
+    accumulators' write data is then one lane wide, the LOAD's or the core's, not a whole entry's."""
+    return cfg.serial_core and cfg.dram_bus_width == cfg.acc_width
 
 
 def widened(en, factor):

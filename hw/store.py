@@ -28,7 +28,9 @@ class StoreUnit(wiring.Component):
     pipeline and a small FIFO, into a :class:`RowWriter`; retires
     when every write response is in. A ``set_bias`` STORE reads one ACC entry
     into the bias register instead. Without ``requant_store`` there is no
-    requantizer: OUT entries go to the FIFO a cycle after they are read.
+    requantizer: OUT entries go to the FIFO a cycle after they are read, or
+    with ``slow_clock`` straight to the writer, the output buffer's
+    read port holding each until the writer takes it.
 
     Members
     -------
@@ -70,15 +72,14 @@ class StoreUnit(wiring.Component):
         layouts = isa.instruction_layouts(c)
         m.submodules.seq = seq = Sequencer(insn_layout=layouts["header"])
         m.submodules.writer = writer = RowWriter(addr_width=self.addr_width, data_width=c.dram_bus_width,
-                                                 elem_bytes=E, lean=c.lean)
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=E * 8, depth=16)
+                                                 elem_bytes=E, lean=c.lean, timing_registers=not c.slow_clock)
         wiring.connect(m, wiring.flipped(self.cmd), seq.cmd)
         wiring.connect(m, seq.prev, wiring.flipped(self.prev))
         wiring.connect(m, writer.axi, wiring.flipped(self.axi))
 
         insn = data.View(layouts[Opcode.STORE], seq.insn.as_value())     # stable until it retires
         m.submodules.check = check = TransferCheck(sram_bits=len(insn.sram_base), serial=c.lean, guarded=True,
-                                                   limit_bits=self.addr_width - shift)
+                                                   limit_bits=self.addr_width - shift, compact=c.slow_clock)
         m.d.comb += [
             check.sram_base.eq(insn.sram_base), check.rows.eq(insn.y_size), check.cols.eq(insn.x_size),
             check.depth.eq(c.acc_depth),          # OUT and ACC share one index space
@@ -94,45 +95,44 @@ class StoreUnit(wiring.Component):
             writer.cmd.payload.row_bytes.eq(insn.x_size << shift),
             writer.cmd.payload.stride.eq(insn.x_stride << shift),
             writer.cmd.payload.rows.eq(insn.y_size),
-            writer.elements.payload.eq(queue.r_data),
-            writer.elements.valid.eq(queue.r_rdy),
-            queue.r_en.eq(writer.elements.ready),
         ]
         # Data registers (read only beside a valid bit or in the state that sets them) are not reset
         # at the start of a run.
         addr = Signal(c.index_bits("out") + 1, reset_less=True)
         left = Signal(32, reset_less=True)
         issue = Signal()
-        # What an element's read waits for, in flags of their own (on the 85F at 100 MHz the 32-bit
-        # compare and the queue's room, a sum and a compare, reached the registers `issue` enables, 10.8 ns):
-        # whether `left` is 0, kept beside it, and whether the queue has room for one more element
-        # besides those in it and on their way to it (`room`: the queue's depth less those, counted down
-        # as an element is issued and up as the writer takes one; exact where the sum of the stages' valid
-        # bits counted a requantizing STORE's element of several passes more than once, holding it back).
+        # Whether `left` is 0, kept beside it (on the 85F at 100 MHz the 32-bit compare reached the
+        # registers `issue` enables)
         issued_all = Signal(reset_less=True)
-        room = Signal(range(queue.depth + 1), init=queue.depth)
-        has_room = Signal(init=1)
-        # (`has_room` is whether the next count is not 0, with the writer's take, which comes late, decided
-        # last: an issue needs room, so without a take the count ends at 0 from 0, or from 1 with an issue;
-        # on the 85F at 100 MHz the sum and its compare after the take took 11.5 ns)
-        taken = queue.r_en & queue.r_rdy
-        m.d.sync += [room.eq(room - issue + taken), has_room.eq(taken | ~((room == 0) | ((room == 1) & issue)))]
         read_valid = Signal()           # SRAM data arrives this cycle
-        m.d.comb += [self.out_read.addr.eq(addr), self.out_read.en.eq(1)]
+        m.d.comb += self.out_read.addr.eq(addr)
         m.d.sync += read_valid.eq(issue)
         with m.If(issue):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1), issued_all.eq(left == 1)]
+        requant = set_bias = gap = C(0)
         if c.requant_store:
             requant, set_bias = insn.requant, insn.set_bias
             bias = Signal.like(self.acc_read.data)            # the bias register: zero after reset
             m.d.comb += [self.acc_read.addr.eq(addr), self.acc_read.en.eq(1)]
             element, valid, gap = self._requantizer(m, insn, issue, read_valid, bias)
-        else:       # an OUT entry, registered as it leaves the SRAM, is the element
-            requant = set_bias = C(0)
+        elif not c.slow_clock:       # an OUT entry, registered as it leaves the SRAM, is the element
             element = pipe(m, self.out_read.data, "element", data=True)
-            valid, gap = [read_valid, pipe(m, read_valid, "element_valid")], C(0)
-        m.d.comb += [queue.w_data.eq(element), queue.w_en.eq(valid[-1])]
-        in_flight = Cat(*valid).any()
+            valid = [read_valid, pipe(m, read_valid, "element_valid")]
+        if c.requant_store or not c.slow_clock:
+            m.d.comb += self.out_read.en.eq(1)
+            may_issue, pending = self._element_fifo(m, writer, element, valid, issue)
+        else:
+            # The output buffer's read port holds the element read (its enable off) until the writer
+            # takes it, and the next is read as it does.
+            holding = Signal()
+            taken = writer.elements.valid & writer.elements.ready
+            m.d.comb += [self.out_read.en.eq(issue), writer.elements.payload.eq(self.out_read.data),
+                         writer.elements.valid.eq(holding)]
+            with m.If(issue):
+                m.d.sync += holding.eq(1)
+            with m.Elif(taken):
+                m.d.sync += holding.eq(0)
+            may_issue, pending = ~holding | taken, holding
 
         done = Signal()
         error = Signal(isa.ERROR_BITS)
@@ -174,8 +174,8 @@ class StoreUnit(wiring.Component):
                     m.d.comb += done.eq(1)
                     m.next = "IDLE"
             with m.State("STREAM"):
-                m.d.comb += issue.eq(~issued_all & (gap == 0) & has_room & (~requant | self.acc_read_free))
-                with m.If(issued_all & ~in_flight & ~queue.r_rdy & ~writer.busy):
+                m.d.comb += issue.eq(~issued_all & (gap == 0) & may_issue & (~requant | self.acc_read_free))
+                with m.If(issued_all & ~pending & ~writer.busy):
                     with m.If(writer.error):
                         m.next = "FAILED"
                     with m.Else():
@@ -199,6 +199,27 @@ class StoreUnit(wiring.Component):
                                   count << shift, 0)),
         ]
         return m
+
+    def _element_fifo(self, m, writer, element, valid, issue):
+        """The elements (``element``, valid as the last of ``valid``, the stages' valid bits) into the
+        writer through a FIFO; returns (whether an element may be read, whether any is on its way)."""
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=len(writer.elements.payload), depth=16)
+        m.d.comb += [queue.w_data.eq(element), queue.w_en.eq(valid[-1]),
+                     writer.elements.payload.eq(queue.r_data), writer.elements.valid.eq(queue.r_rdy),
+                     queue.r_en.eq(writer.elements.ready)]
+        # Whether the queue has room for one more element besides those in it and on their way to it, a
+        # flag of its own (on the 85F at 100 MHz the queue's room, a sum and a compare, reached the
+        # registers `issue` enables, 10.8 ns): `room` is the queue's depth less those, counted down as an
+        # element is issued and up as the writer takes one (exact where the sum of the stages' valid bits
+        # counted a requantizing STORE's element of several passes more than once, holding it back).
+        room = Signal(range(queue.depth + 1), init=queue.depth)
+        has_room = Signal(init=1)
+        # (`has_room` is whether the next count is not 0, with the writer's take, which comes late, decided
+        # last: an issue needs room, so without a take the count ends at 0 from 0, or from 1 with an issue;
+        # on the 85F at 100 MHz the sum and its compare after the take took 11.5 ns)
+        taken = queue.r_en & queue.r_rdy
+        m.d.sync += [room.eq(room - issue + taken), has_room.eq(taken | ~((room == 0) | ((room == 1) & issue)))]
+        return has_room, Cat(*valid).any() | queue.r_rdy
 
     def _requantizer(self, m, insn, issue, read_valid, bias):
         """The element each SRAM read makes, plain or requantized; returns ``(element, valids, gap)``:

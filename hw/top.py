@@ -209,7 +209,7 @@ class Datapath(wiring.Component):
         # A RowReader for fetch and for each loader, or with `lean` one they all take turns on.
         def row_reader(name, **options):
             m.submodules[f"{name}_reader"] = reader = RowReader(addr_width=aw, data_width=c.dram_bus_width,
-                                                                lean=c.lean, **options)
+                                                                lean=c.lean, timing_registers=not c.slow_clock, **options)
             return reader
         if c.lean:
             reader = row_reader("shared")
@@ -353,7 +353,7 @@ class Accelerator(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.regs = regs = RegisterFile()
+        m.submodules.regs = regs = RegisterFile(direct_writes=self.cfg.slow_clock)
         wiring.connect(m, wiring.flipped(self.s_axil), regs.bus)
         # The start pulse is registered before it resets the whole datapath: a net that reaches
         # thousands of flip-flops must leave a flip-flop, not the register file's write decode.

@@ -5,7 +5,9 @@ while doing them in one cycle (two multiplies, three carry chains) was the
 longest path of the whole accelerator. One multiplier, registered at both
 ends, serves both products; ``serial`` builds it as a shift-and-add over
 one bit of the multiplier per cycle instead (small FPGAs: no DSP block,
-a few dozen LUTs, up to 2·17 more cycles per instruction).
+a few dozen LUTs, up to 2·17 more cycles per instruction). ``compact``
+does every sum and compare in that one adder too, a step a cycle (for a
+slow clock: a third less logic, a few cycles more).
 """
 
 from amaranth import Module, Mux, Signal
@@ -47,6 +49,8 @@ class TransferCheck(wiring.Component):
         widths (a board's small memory: its adders and compares shrink by half).
     guarded : bool
         Build the guarded range (a STORE's); without it there is no ``guard_lo``/``guard_hi``.
+    compact : bool
+        One adder for everything, serial multiplies included (see the module's docstring).
 
     Members
     -------
@@ -75,8 +79,8 @@ class TransferCheck(wiring.Component):
     #: Cycles from ``start`` to ``done`` with the parallel multiplier.
     LATENCY = 6
 
-    def __init__(self, *, sram_bits, limit_bits, serial=False, guarded=False):
-        self.serial, self.guarded = serial, guarded
+    def __init__(self, *, sram_bits, limit_bits, serial=False, guarded=False, compact=False):
+        self.serial, self.guarded, self.compact = serial or compact, guarded, compact
         self.product_bits = 2 * MAX_EXTENT.bit_length()
         # Values at or above 2**width are only ever out of range: `width` bits and an overflow bit hold them.
         self.width = max(limit_bits, sram_bits + 1) + 1
@@ -93,6 +97,8 @@ class TransferCheck(wiring.Component):
         super().__init__(members)
 
     def elaborate(self, platform):
+        if self.compact:
+            return self._elaborate_compact()
         m = Module()
         W = self.width
 
@@ -169,5 +175,102 @@ class TransferCheck(wiring.Component):
                              self.failed.eq(bad["sram"] | bad["bus"] | bad["guard"]), self.done.eq(1)]
                 m.next = "DONE"
             with m.State("DONE"):
+                m.next = "IDLE"
+        return m
+
+    def _elaborate_compact(self):
+        """The checks as a sequence of steps through one adder into ``acc`` (see the class's docstring).
+
+        SRAM: ``acc`` = rows·cols (shift-and-add, a cycle per bit of ``rows``), the extent; += sram_base;
+        compare with the depth. DRAM: ``acc`` = dram_base (a STORE: compare with the guarded range's end);
+        += x_size; += (y_size - 1)·x_stride; compare with the limit (a STORE: and the guarded range's start).
+        A compare adds the other value inverted and keeps the carry: ``acc + ~x`` carries exactly when
+        ``acc > x``. A sum that leaves ``W`` bits sets ``over``: such a value is out of every range.
+        """
+        m = Module()
+        W = self.width
+
+        def saturated(value):
+            return value[:W], value[W:].any() if len(value) > W else 0
+
+        acc = Signal(W, reset_less=True)
+        over = Signal(reset_less=True)              # acc's true value does not fit it
+        a = Signal(range(MAX_EXTENT), reset_less=True)     # the multiplier, a bit a cycle
+        b = Signal(W, reset_less=True)              # the multiplicand, doubled a cycle
+        b_over = Signal(reset_less=True)
+        operand = Signal(W)                         # what the adder adds to acc this cycle
+        invert = Signal()                           # a compare: adds ~operand
+        carry_in = Signal()                         # (and 1: acc - operand, which carries when acc >= operand)
+        total = acc + (operand ^ invert.replicate(W)) + carry_in
+        carry = total[W]
+        span_rows = Signal(isa.SIZE_BITS, reset_less=True)      # y_size - 1
+        sram_bad, bus_bad, guard_bad = Signal(), Signal(), Signal()
+        below_hi = Signal(reset_less=True)          # dram_base < guard_hi
+        base, base_over = saturated(self.dram_base)
+        m.d.sync += self.done.eq(0)
+        m.d.comb += self.error.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE, Mux(bus_bad, ErrorCode.BUS_ERROR,
+                                                                          Mux(guard_bad, ErrorCode.STORE_OVER_PROGRAM, 0))))
+
+        def multiply(x, y):
+            """Load the shift-and-add's operands (acc keeps what it holds: the product adds to it)."""
+            y_bits, y_over = saturated(y)
+            return [a.eq(x), b.eq(y_bits), b_over.eq(y_over)]
+
+        def accumulate(value, value_over=0):
+            """acc += value, now."""
+            m.d.comb += operand.eq(value)
+            m.d.sync += [acc.eq(total[:W]), over.eq(over | carry | value_over)]
+
+        def compare(value):
+            """Whether acc > value (or acc does not fit), registered into the flag returned by the caller."""
+            m.d.comb += [operand.eq(value), invert.eq(1)]
+            return over | carry
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.sync += [acc.eq(0), over.eq(0), span_rows.eq(self.y_size - 1), *multiply(self.rows, self.cols)]
+                with m.If(self.start):
+                    m.next = "AREA"
+            with m.State("AREA"):                   # acc += rows·cols
+                with m.If(a != 0):
+                    with m.If(a[0]):
+                        accumulate(b, b_over)
+                    m.d.sync += [a.eq(a >> 1), b.eq(b << 1), b_over.eq(b_over | b[-1])]
+                with m.Else():
+                    m.d.sync += self.extent.eq(acc)
+                    m.next = "SRAM_END"
+            with m.State("SRAM_END"):
+                accumulate(self.sram_base)
+                m.next = "SRAM_COMPARE"
+            with m.State("SRAM_COMPARE"):
+                m.d.sync += [sram_bad.eq(compare(self.depth[:W])), acc.eq(base), over.eq(base_over)]
+                m.next = "GUARD_HI" if self.guarded else "DRAM_LAST"
+            if self.guarded:
+                with m.State("GUARD_HI"):           # acc = dram_base: below the guarded range's end?
+                    m.d.comb += [operand.eq(self.guard_hi[:W]), invert.eq(1), carry_in.eq(1)]
+                    m.d.sync += below_hi.eq(~over & ~carry)
+                    m.next = "DRAM_LAST"
+            with m.State("DRAM_LAST"):
+                accumulate(*saturated(self.x_size))
+                m.d.sync += multiply(span_rows, self.x_stride)
+                m.next = "SPAN"
+            with m.State("SPAN"):                   # acc += (y_size - 1)·x_stride: one past the last element
+                with m.If(a != 0):
+                    with m.If(a[0]):
+                        accumulate(b, b_over)
+                    m.d.sync += [a.eq(a >> 1), b.eq(b << 1), b_over.eq(b_over | b[-1])]
+                with m.Else():
+                    m.next = "BUS_COMPARE"
+            with m.State("BUS_COMPARE"):
+                m.d.sync += bus_bad.eq(compare(self.dram_limit[:W]))
+                m.next = "GUARD_LO" if self.guarded else "DONE"
+            if self.guarded:
+                with m.State("GUARD_LO"):
+                    m.d.sync += guard_bad.eq(below_hi & ~over & compare(self.guard_lo[:W]))
+                    m.next = "DONE"
+            with m.State("DONE"):
+                m.d.sync += [self.failed.eq(sram_bad | bus_bad | guard_bad), self.done.eq(1)]
+                m.next = "FINISH"
+            with m.State("FINISH"):                 # (done and failed, from registers, this cycle)
                 m.next = "IDLE"
         return m

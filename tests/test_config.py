@@ -41,7 +41,8 @@ def test_options_at_their_default_leave_the_fingerprint_as_before_they_existed()
     import json
     c = PRESETS["small"]
     params = {k: v for k, v in c.params().items() if k not in ("perf_counters", "soft_products", "vector_lanes", "lean",
-                                                                  "requant_store", "serial_mul", "serial_core")}
+                                                                  "requant_store", "serial_mul", "serial_core",
+                                                                  "slow_clock")}
     assert c.fingerprint == hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -60,6 +61,7 @@ def test_options_at_their_default_leave_the_fingerprint_as_before_they_existed()
                             r"accumulator lane\)$"),
     ({"serial_core": True, "vector_lanes": 1, "soft_products": 3},
      r"^serial_core builds block_in = 16 products, in DSP blocks: it needs soft_products = 0, not 3$"),
+    ({"slow_clock": "no"}, r"^slow_clock must be true or false, not 'no'$"),
     ({"uop_buffer_bytes": 1 << 20}, r"^the (GEMM|STORE) instruction needs 1\d\d bits, more than 128"),
 ])
 def test_validation_names_field_and_value(changes, message):

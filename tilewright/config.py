@@ -113,14 +113,23 @@ class HwConfig:
     serial_core : bool
         The GEMM and the ALU run one micro-op at a time and one accumulator
         lane at a time (:class:`tilewright.hw.serial_core.SerialCore`):
-        ``block_in`` products, one ALU lane, one accumulator read port and
-        no forwarding or hazard logic, for parts too small for the
-        pipelined core (the iCE40UP5K). A GEMM micro-op takes
+        ``block_in`` products, a one-lane ALU in one adder, one accumulator
+        read port and no forwarding or hazard logic, for parts too small for
+        the pipelined core (the iCE40UP5K). A GEMM micro-op takes
         ``batch·block_out`` cycles and about eight more, an ALU micro-op
-        about six a lane (a SHR, and a MUL with ``serial_mul``, a cycle more
-        a bit). Needs
-        ``vector_lanes = 1`` and no ``soft_products``. The results are the
-        same.
+        about six a lane (a SHR a cycle a bit, a MUL ``acc_width`` cycles,
+        with ``serial_mul`` or not). Needs ``vector_lanes = 1`` and no
+        ``soft_products``. The results are the same.
+    slow_clock : bool
+        Build for a clock of tens of MHz (the small parts), where each
+        flip-flop takes a logic cell: without the skid buffers that cut the
+        DMA channels' timing paths at 100 MHz on the larger parts (after the
+        burst splitters on AR and AW; with ``lean``, on the beats a reader
+        hands out and the elements a loader takes), without ``requant_store``
+        the STORE's elements straight from the output buffer to the DRAM
+        writer (no register, no FIFO), the LOAD/STORE range checks in one
+        adder, and register writes from the host applied as they are taken.
+        Programs run the same, in a few cycles more or less.
     requant_store : bool
         Build the requantizing STORE (:class:`tilewright.isa.Store`'s
         ``requant``, ``set_bias`` and their fields). Without it those fields
@@ -157,6 +166,7 @@ class HwConfig:
     serial_mul: bool = _option(False)
     lean: bool = _option(False)
     serial_core: bool = _option(False)
+    slow_clock: bool = _option(False)
     name: str = dataclasses.field(default="custom", compare=False)
 
     def __post_init__(self):

@@ -735,8 +735,9 @@ def test_alu_chain_waits_one_cycle_per_dependent_micro_op(op, cfg):
 def test_serial_core_cycles(cfg):
     """The serial core's cycles as docs/hardware.md states them: a GEMM micro-op ``lanes + 6 + log2(block_in)``
     (its lanes issued a cycle each, two reads, the products' and tree's latency, two to drain), an ALU
-    micro-op ``2 + lanes·(5 + k)`` with k the operation's cycles (1 for ADD, n + 2 for a shift by n), a cycle
-    less a lane with an immediate; one cycle more for the instruction. Results match fsim."""
+    micro-op ``2 + lanes·(5 + k)`` with k the operation's cycles (1 for ADD, n for a shift by n > 0, the
+    width for a shift left beyond it), a cycle less a lane with an immediate; one cycle more for the
+    instruction. Results match fsim."""
     rng = np.random.default_rng(66)
     lanes, n = cfg.batch * cfg.block_out, 6
     uops = [(u, u + 8, u) for u in range(n)]
@@ -746,9 +747,9 @@ def test_serial_core_cycles(cfg):
         "add imm": (Alu(uop_bgn=0, uop_end=n, iter_out=1, iter_in=1, alu_op=AluOp.ADD, use_imm=True, imm=3),
                     2 + lanes * 5),
         "shr 5": (Alu(uop_bgn=0, uop_end=n, iter_out=1, iter_in=1, alu_op=AluOp.SHR, use_imm=True, imm=5),
-                  2 + lanes * (4 + 7)),
+                  2 + lanes * (4 + 5)),
         "shl 40 (clamped to the width)": (Alu(uop_bgn=0, uop_end=n, iter_out=1, iter_in=1, alu_op=AluOp.SHR,
-                                              use_imm=True, imm=-40), 2 + lanes * (4 + cfg.acc_width + 2)),
+                                              use_imm=True, imm=-40), 2 + lanes * (4 + cfg.acc_width)),
     }
     for name, (insn, per_uop) in expected.items():
         report = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, uops), cfg)

@@ -442,8 +442,9 @@ def deadline(transfer, bus_bytes, elem_bytes):
 class ReadPath(Elaboratable):
     """RowReader feeding an ElementPacker, wired as in hw/padded_load.py."""
 
-    def __init__(self, *, bus_bytes, elem_bytes, lean=False, max_beats=MAX_BURST_BEATS):
-        self.reader = RowReader(addr_width=ADDR_WIDTH, data_width=bus_bytes * 8, lean=lean, max_beats=max_beats)
+    def __init__(self, *, bus_bytes, elem_bytes, lean=False, max_beats=MAX_BURST_BEATS, timing_registers=True):
+        self.reader = RowReader(addr_width=ADDR_WIDTH, data_width=bus_bytes * 8, lean=lean, max_beats=max_beats,
+                                timing_registers=timing_registers)
         self.packer = ElementPacker(elem_bytes=elem_bytes, bus_bytes=bus_bytes)
 
     def elaborate(self, platform):
@@ -465,14 +466,15 @@ class Result:
 
 
 def simulate_reads(transfers, *, bus_bytes, elem_bytes, seed, ready=0.7, valid=0.7, consumer=0.7,
-                   error_ranges=(), lean=False, max_beats=MAX_BURST_BEATS):
+                   error_ranges=(), lean=False, max_beats=MAX_BURST_BEATS, timing_registers=True):
     """Runs ``transfers`` one after another through a ReadPath over random memory, each started
     once the previous one has delivered every element and dropped ``busy``.
 
     Returns (memory, model, results)."""
     rng = random.Random(seed)
     memory = bytearray(rng.randbytes(MEM_BYTES))
-    dut = ReadPath(bus_bytes=bus_bytes, elem_bytes=elem_bytes, lean=lean, max_beats=max_beats)
+    dut = ReadPath(bus_bytes=bus_bytes, elem_bytes=elem_bytes, lean=lean, max_beats=max_beats,
+                   timing_registers=timing_registers)
     reader, packer = dut.reader, dut.packer
     model = AxiSubordinate(memory, bus_bytes=bus_bytes, rng=random.Random(seed + 1), ready=ready,
                            valid=valid, error_ranges=error_ranges)
@@ -531,16 +533,22 @@ def check_requests(model, transfers, bus_bytes, *, lean=False, max_beats=MAX_BUR
     assert max(burst.beats for burst in model.requests) <= max_beats
 
 
-@pytest.mark.parametrize("lean", [False, True], ids=["", "lean"])
+#: The reader's and writer's builds: plain, ``lean``, and ``lean`` without timing registers.
+VARIANTS = [{"lean": False}, {"lean": True}, {"lean": True, "timing_registers": False}]
+VARIANT_IDS = ["", "lean", "lean-direct"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
 @pytest.mark.parametrize("bus_bytes,elem_bytes", SHAPES, ids=SHAPE_IDS)
-def test_read_random_transfers(bus_bytes, elem_bytes, lean):
+def test_read_random_transfers(bus_bytes, elem_bytes, variant):
     """Twenty random transfers (one with rows over 256 beats, four crossing 4 KiB) with random
     gaps on AR, R and the element stream: every element matches memory, and the bursts cover
     exactly the rows' bus words."""
+    lean = variant["lean"]
     rng = random.Random(bus_bytes * 100 + elem_bytes)
     transfers = random_transfers(rng, bus_bytes=bus_bytes, elem_bytes=elem_bytes, count=20)
     memory, model, results = simulate_reads(transfers, bus_bytes=bus_bytes, elem_bytes=elem_bytes,
-                                            seed=rng.randrange(1 << 30), lean=lean)
+                                            seed=rng.randrange(1 << 30), **variant)
     check_elements(memory, transfers, results, elem_bytes)
     check_requests(model, transfers, bus_bytes, lean=lean)
     assert not any(r.error for r in results)
@@ -639,7 +647,7 @@ def test_read_throughput(bus_bytes, elem_bytes):
 
 
 def simulate_writes(transfers, *, bus_bytes, elem_bytes, seed, ready=0.7, valid=0.7, producer=0.7,
-                    error_ranges=(), lean=False):
+                    error_ranges=(), lean=False, timing_registers=True):
     """Writes random elements for each of ``transfers`` through a RowWriter into random memory,
     each transfer started once the previous one has taken every element and dropped ``busy``.
 
@@ -648,7 +656,8 @@ def simulate_writes(transfers, *, bus_bytes, elem_bytes, seed, ready=0.7, valid=
     before = bytearray(rng.randbytes(MEM_BYTES))
     memory = bytearray(before)
     data = [[rng.randrange(1 << (8 * elem_bytes)) for _ in range(t.elements(elem_bytes))] for t in transfers]
-    dut = RowWriter(addr_width=ADDR_WIDTH, data_width=bus_bytes * 8, elem_bytes=elem_bytes, lean=lean)
+    dut = RowWriter(addr_width=ADDR_WIDTH, data_width=bus_bytes * 8, elem_bytes=elem_bytes, lean=lean,
+                    timing_registers=timing_registers)
     model = AxiSubordinate(memory, bus_bytes=bus_bytes, rng=random.Random(seed + 1), ready=ready,
                            valid=valid, error_ranges=error_ranges)
     results = []
@@ -726,14 +735,14 @@ def test_write_few_bursts(bus_bytes, elem_bytes):
     assert not any(r.error for r in results)
 
 
-@pytest.mark.parametrize("lean", [False, True], ids=["", "lean"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
 @pytest.mark.parametrize("bus_bytes,elem_bytes", SHAPES, ids=SHAPE_IDS)
-def test_write_random_transfers(bus_bytes, elem_bytes, lean):
+def test_write_random_transfers(bus_bytes, elem_bytes, variant):
     """As :func:`test_read_random_transfers`, for writes: rows of up to 4 × ~300 beats."""
     rng = random.Random(bus_bytes * 100 + elem_bytes)
     transfers = random_transfers(rng, bus_bytes=bus_bytes, elem_bytes=elem_bytes, count=20)
     results = check_writes(transfers, bus_bytes=bus_bytes, elem_bytes=elem_bytes, seed=rng.randrange(1 << 30),
-                           lean=lean)
+                           **variant)
     assert not any(r.error for r in results)
 
 

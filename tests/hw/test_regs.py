@@ -140,9 +140,11 @@ def drive_inputs(ctx, dut, rng):
 
 # -- tests ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("direct_writes", [False, True], ids=["", "direct"])
 @pytest.mark.parametrize("stall", [0.0, 0.5])
-def test_program_registers_read_back(stall):
-    """Writes to ``insn_addr``/``insn_count`` drive those outputs and read back; other writes leave them alone."""
+def test_program_registers_read_back(stall, direct_writes):
+    """Writes to ``insn_addr``/``insn_count`` drive those outputs and read back; other writes leave them alone
+    (with the write's request registered, or with ``direct_writes``)."""
     rng = random.Random(int(stall * 10))
 
     async def bench(ctx, dut):
@@ -165,10 +167,11 @@ def test_program_registers_read_back(stall):
         for reg in (INSN_ADDR, INSN_COUNT):
             assert await m.read(ctx, reg) == expected[reg]
 
-    assert simulate(bench) == []
+    assert simulate(bench, dut=RegisterFile(direct_writes=direct_writes)) == []
 
 
-def test_start_pulses_once_per_write_of_one():
+@pytest.mark.parametrize("direct_writes", [False, True], ids=["", "direct"])
+def test_start_pulses_once_per_write_of_one(direct_writes):
     """``start`` is high for exactly one cycle per write with the start bit set (its lane strobed) to ``control``.
 
     Writes of 0, of the start bit without its byte strobe, and of the start
@@ -193,7 +196,7 @@ def test_start_pulses_once_per_write_of_one():
             for _ in range(10):
                 seen.append(await m.write(ctx, CONTROL, CONTROL_START))
 
-    starts = simulate(bench)
+    starts = simulate(bench, dut=RegisterFile(direct_writes=direct_writes))
     expected = ([pulses for *_, pulses in cases] + [1] * 10) * 2
     assert seen == expected
     assert len(starts) == sum(expected), "no start outside those writes"

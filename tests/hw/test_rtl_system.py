@@ -50,9 +50,9 @@ def test_random_programs_on_a_wide_variant_without_perf_counters():
 #: ``lean`` with one ALU lane.
 LEAN_V1 = PRESETS["tiny"].replace(name="tiny_lean_v1", lean=True, vector_lanes=1)
 #: The small boards' diet: no requantizer, fetch sharing the loads' reader, MUL a bit a cycle, the serial core,
-#: no command queues (a stream's one instruction in a register).
+#: no command queues (a stream's one instruction in a register), built for a slow clock.
 PLAIN_STORE = PRESETS["tiny"].replace(name="tiny_plain_store", lean=True, vector_lanes=1, requant_store=False,
-                                      serial_mul=True, serial_core=True, cmd_queue_depth=0)
+                                      serial_mul=True, serial_core=True, cmd_queue_depth=0, slow_clock=True)
 
 
 def test_random_programs_lean():
@@ -66,10 +66,10 @@ def test_random_programs_lean():
 
 
 def test_random_programs_without_the_requantizing_store():
-    """``requant_store = false`` with ``lean``, ``serial_mul``, ``serial_core`` and no command queues (the
-    small boards' diet): no requantizer, fetch sharing the loads' reader, MUL a bit a cycle, GEMM and ALU a
-    lane at a time, one instruction per stream; a STORE with a requantizing bit set stops both
-    tiers with RESERVED_BITS."""
+    """``requant_store = false`` with ``lean``, ``serial_mul``, ``serial_core``, no command queues and a slow
+    clock (the small boards' diet): no requantizer, fetch sharing the loads' reader, MUL a bit a
+    cycle, GEMM and ALU a lane at a time, one instruction per stream, the STORE's elements straight from the
+    output buffer; a STORE with a requantizing bit set stops both tiers with RESERVED_BITS."""
     cfg = PLAIN_STORE
     programs = [random_program(cfg, seed, dram_bytes=DRAM_BYTES) for seed in range(40)]
     requantizing = isa.encode(Store(requant=True, x_size=1, y_size=1), PRESETS["tiny"]) + isa.encode(Finish(), cfg)

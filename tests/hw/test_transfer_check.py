@@ -70,18 +70,24 @@ def small_bus_case(rng, limit_bits):
 
 
 @pytest.mark.parametrize("limit_bits", [isa.DRAM_ADDR_BITS, 14], ids=["full-width", "small-bus"])
-@pytest.mark.parametrize("serial", [False, True], ids=["parallel", "serial"])
-def test_checks_match_the_reference(serial, limit_bits):
-    dut = TransferCheck(sram_bits=SRAM_BITS, serial=serial, guarded=True, limit_bits=limit_bits)
+@pytest.mark.parametrize("serial,compact,guarded", [(False, False, True), (True, False, True), (True, True, True),
+                                                    (True, True, False)],
+                         ids=["parallel", "serial", "compact", "compact-unguarded"])
+def test_checks_match_the_reference(serial, compact, guarded, limit_bits):
+    dut = TransferCheck(sram_bits=SRAM_BITS, serial=serial, guarded=guarded, limit_bits=limit_bits, compact=compact)
     rng = random.Random(5)
     cases = [random_case(rng) if limit_bits == isa.DRAM_ADDR_BITS else small_bus_case(rng, limit_bits)
              for _ in range(200)]
+    if not guarded:             # (a LOAD's check: no guarded range)
+        cases = [{k: v for k, v in case.items() if not k.startswith("guard_")} | {"guard_lo": 0, "guard_hi": 0}
+                 for case in cases]
     latencies = []
 
     async def bench(ctx):
         for case in cases:
             for name, value in case.items():
-                ctx.set(getattr(dut, name), value)
+                if guarded or not name.startswith("guard_"):
+                    ctx.set(getattr(dut, name), value)
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
@@ -101,7 +107,9 @@ def test_checks_match_the_reference(serial, limit_bits):
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    if serial:      # one cycle per bit of the multipliers, at most
+    if compact:     # a cycle per bit of the multipliers and per sum or compare, at most
+        assert max(latencies) <= 11 + 2 * MAX_EXTENT.bit_length()
+    elif serial:    # one cycle per bit of the multipliers, at most
         assert max(latencies) <= TransferCheck.LATENCY + 2 * MAX_EXTENT.bit_length()
     else:
         assert set(latencies) == {TransferCheck.LATENCY}
