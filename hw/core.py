@@ -826,18 +826,9 @@ class _AluLane:
     GEMM's do; see there). ``dsp_operands``: on the ECP5, the values ``a``
     and ``b`` take next cycle, which the MUL's DSP blocks take into their
     input registers (:func:`~.dsp.ecp5_product`) in place of ``a`` and ``b``.
-    ``held``: ``a`` and ``b`` hold in S4 too (the serial core's), which then
-    reads them and the shift amounts made from them without copies. With
-    held operands, ``serial_shift`` (a flag high in the first cycle S3 holds
-    them, as ``serial_from``) shifts one bit a cycle instead of through two
-    barrel shifters: ``shifting`` is high from the cycle after that one
-    while bits are left to shift, and the result is final in the first
-    cycle it is low.
     """
 
-    def __init__(self, m, op_is, a, b, width, lane, *, serial_from=None, dsp_operands=None, reset_less=False,
-                 held=False, serial_shift=None):
-        assert held or serial_shift is None
+    def __init__(self, m, op_is, a, b, width, lane, *, serial_from=None, dsp_operands=None, reset_less=False):
         shift_bits = (width - 1).bit_length()
         right = Signal(shift_bits, name=f"alu_shr_{lane}")
         left = Signal(shift_bits + 1, name=f"alu_shl_{lane}")
@@ -851,7 +842,7 @@ class _AluLane:
             left.eq(Mux(~(sign & high.all()) | (negated >= width), width, negated)),
         ]
         def later(value, name):     # (S4's copy of an S3 value)
-            return value if held else pipe(m, value, name, data=True)
+            return pipe(m, value, name, data=True)
         a_q, b_q = later(a, f"alu_a_{lane}"), later(b, f"alu_b_{lane}")
         total = pipe(m, (a + b)[:width], f"alu_sum_{lane}", data=True)
         # MIN takes a when a < b, MAX when not (when a == b either will do): a compare's carry chain
@@ -862,11 +853,7 @@ class _AluLane:
         shift_left = later(sign, f"alu_shift_left_{lane}")
         right_q, left_q = later(right, f"alu_shr_q_{lane}"), later(left, f"alu_shl_q_{lane}")
         a_bits, b_bits = a.as_unsigned(), b.as_unsigned()
-        if serial_shift is not None:
-            shifted, self.shifting = self._serial_shift(m, a_bits, shift_left, Mux(shift_left, left_q, right_q),
-                                                        serial_shift, lane)
-        else:
-            shifted = Mux(shift_left, (a_q << left_q)[:width], a_q >> right_q)
+        shifted = Mux(shift_left, (a_q << left_q)[:width], a_q >> right_q)
         if serial_from is not None:
             product = self._serial_product(m, a_bits, b_bits, serial_from, lane)
         else:
@@ -891,18 +878,6 @@ class _AluLane:
     @staticmethod
     def select(op_is, product, shifted, other):
         return Mux(op_is[AluOp.MUL], product, Mux(op_is[AluOp.SHR], shifted, other))
-
-    @staticmethod
-    def _serial_shift(m, a, left, amount, first, lane):
-        """``a`` shifted by ``amount`` bits (``left``, or arithmetically right), a bit a cycle from the cycle
-        after the one ``first`` marks; returns the value and whether bits are left to shift."""
-        value = Signal(len(a), name=f"alu_shift_value_{lane}", reset_less=True)
-        count = Signal(len(amount), name=f"alu_shift_count_{lane}")
-        with m.If(first):
-            m.d.sync += [value.eq(a), count.eq(amount)]
-        with m.Elif(count != 0):
-            m.d.sync += [value.eq(Mux(left, value << 1, Cat(value[1:], value[-1]))), count.eq(count - 1)]
-        return value, count != 0
 
     @staticmethod
     def _serial_product(m, a, b, first, lane):

@@ -229,9 +229,9 @@ class Fetch(wiring.Component):
         # `start`'s choice, 11.7 ns on the 85F at 100 MHz; in one register, 11.6 ns).
         # (No reset: the run's reset comes in the cycle before `start`, and must not clear them.)
         # (as wide as the bus's reach: an address or count with a bit above it is beyond the bus anyway)
-        aw = self.addr_width
-        end = pipe(m, self.addr[:aw] + self.count[:aw - 4] * isa.INSN_BYTES, "end", data=True)
-        far = pipe(m, self.addr[aw:].any() | self.count[aw - 4:].any(), "far", data=True)
+        aw, count_bits = self.addr_width, self.addr_width - (isa.INSN_BYTES.bit_length() - 1)
+        end = pipe(m, self.addr[:aw] + self.count[:count_bits] * isa.INSN_BYTES, "end", data=True)
+        far = pipe(m, self.addr[aw:].any() | self.count[count_bits:].any(), "far", data=True)
         beyond = far | (end > 1 << aw)
         bad_start = pipe(m, (self.addr[:4] != 0) | beyond, "bad_start", data=True)
         m.d.comb += self.program_end.eq(pipe(m, Mux(beyond, 1 << self.addr_width, end), "program_end", data=True))

@@ -212,10 +212,11 @@ class PaddedLoad(wiring.Component):
         write_now = writing & (~in_data | element_valid)
         entry_done = write_now & (~in_data | last_part)
         elements = Signal(2 * isa.SIZE_BITS, reset_less=True)       # DRAM elements written so far
-        # (an ACC8 beat by lane stays until its last byte is written)
-        keeps_beat = uses(lambda mt: by_lane[mt]) & ~last_part if any(by_lane.values()) else 0
-        m.d.comb += taking.eq(write_now & in_data & ~keeps_beat)
-        packed_ready, direct_ready = (buffer.i_ready,) * 2 if skid else (taking, writing & in_data & ~keeps_beat)
+        beat_done = in_data             # (the walk is done with the element or beat it writes from)
+        if any(by_lane.values()):       # (an ACC8 beat by lane stays until its last byte is written)
+            beat_done = in_data & (~uses(lambda mt: by_lane[mt]) | last_part)
+        m.d.comb += taking.eq(write_now & beat_done)
+        packed_ready, direct_ready = (buffer.i_ready,) * 2 if skid else (taking, writing & beat_done)
         for packer in packers.values():
             m.d.comb += packer.elements.ready.eq(packed_ready)
         with m.If(direct):

@@ -58,10 +58,12 @@ def acc_granularity(cfg):
 
 def acc_loads_by_lane(cfg):
     """Whether LOADs write the accumulators a lane at a time, the lane's value on every lane of the write
-    data: with the serial core (which writes its results so) when a bus beat is one accumulator lane. An
-    ACC beat is then one lane already; an ACC8 element's bytes go each into its lane, a cycle apart. The
-    accumulators' write data is then one lane wide, the LOAD's or the core's, not a whole entry's."""
-    return cfg.serial_core and cfg.dram_bus_width == cfg.acc_width
+    data: with the serial core (which writes its results so) when a bus beat is one accumulator lane and
+    holds a whole ACC8 element. An ACC beat is then one lane already; an ACC8 element's bytes go each into
+    its lane from their beat, a cycle apart. The accumulators' write data is then one lane wide, the
+    LOAD's or the core's, not a whole entry's."""
+    return (cfg.serial_core and cfg.dram_bus_width == cfg.acc_width
+            and cfg.elem_bytes("acc8") <= cfg.bus_bytes)
 
 
 def widened(en, factor):

@@ -226,17 +226,21 @@ class TransferCheck(wiring.Component):
             m.d.comb += [operand.eq(value), invert.eq(1)]
             return over | carry
 
+        def shift_and_add():
+            """acc += a·b, a bit of ``a`` a cycle; returns the block (an ``Else``) to run once ``a`` is 0."""
+            with m.If(a != 0):
+                with m.If(a[0]):
+                    accumulate(b, b_over)
+                m.d.sync += [a.eq(a >> 1), b.eq(b << 1), b_over.eq(b_over | b[-1])]
+            return m.Else()
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.sync += [acc.eq(0), over.eq(0), span_rows.eq(self.y_size - 1), *multiply(self.rows, self.cols)]
                 with m.If(self.start):
                     m.next = "AREA"
             with m.State("AREA"):                   # acc += rows·cols
-                with m.If(a != 0):
-                    with m.If(a[0]):
-                        accumulate(b, b_over)
-                    m.d.sync += [a.eq(a >> 1), b.eq(b << 1), b_over.eq(b_over | b[-1])]
-                with m.Else():
+                with shift_and_add():
                     m.d.sync += self.extent.eq(acc)
                     m.next = "SRAM_END"
             with m.State("SRAM_END"):
@@ -255,11 +259,7 @@ class TransferCheck(wiring.Component):
                 m.d.sync += multiply(span_rows, self.x_stride)
                 m.next = "SPAN"
             with m.State("SPAN"):                   # acc += (y_size - 1)·x_stride: one past the last element
-                with m.If(a != 0):
-                    with m.If(a[0]):
-                        accumulate(b, b_over)
-                    m.d.sync += [a.eq(a >> 1), b.eq(b << 1), b_over.eq(b_over | b[-1])]
-                with m.Else():
+                with shift_and_add():
                     m.next = "BUS_COMPARE"
             with m.State("BUS_COMPARE"):
                 m.d.sync += bus_bad.eq(compare(self.dram_limit[:W]))

@@ -87,12 +87,13 @@ class _Harness(wiring.Component):
 class AxiStability(_Harness):
     """The DMA's ``"reader"`` (AR) or ``"writer"`` (AW and W): valid and payload hold until ready."""
 
-    def __init__(self, part, *, data_width, elem_bytes, lean, addr_width=ADDR_WIDTH):
+    def __init__(self, part, *, data_width, elem_bytes, lean, timing_registers=True, addr_width=ADDR_WIDTH):
+        options = {"lean": lean, "timing_registers": timing_registers}
         if part == "reader":
-            super().__init__(reader=RowReader(addr_width=addr_width, data_width=data_width, lean=lean))
+            super().__init__(reader=RowReader(addr_width=addr_width, data_width=data_width, **options))
         else:
             super().__init__(writer=RowWriter(addr_width=addr_width, data_width=data_width, elem_bytes=elem_bytes,
-                                              lean=lean))
+                                              **options))
 
     def check(self, m):
         if "reader" in self.parts:
@@ -102,6 +103,9 @@ class AxiStability(_Harness):
             w = self.parts["writer"].axi
             _holds_until_ready(m, "AW", w.awvalid, w.awready, (w.awid, w.awaddr, w.awlen, w.awsize, w.awburst))
             _holds_until_ready(m, "W", w.wvalid, w.wready, (w.wdata, w.wstrb, w.wlast))
+            # (without its timing registers W sends the element offered: W holds as the elements do)
+            elements = self.parts["writer"].elements
+            _holds_until_ready(m, "elements", elements.valid, elements.ready, (elements.payload,), check=Assume)
 
 
 class ArbiterFairness(_Harness):
@@ -231,7 +235,8 @@ def formal_properties(cfg):
                        (("splitter", lambda: splitter(addr_width=ADDR_WIDTH, bus_bytes=bus_bytes)),)),
         FormalProperty("axi_stable", "AXI valid and payload hold until ready (AR, AW, W)",
                        tuple((part, functools.partial(AxiStability, part, data_width=cfg.dram_bus_width,
-                                                      elem_bytes=out_bytes, lean=cfg.lean))
+                                                      elem_bytes=out_bytes, lean=cfg.lean,
+                                                      timing_registers=not cfg.slow_clock))
                              for part in ("reader", "writer"))),
         FormalProperty("arbiter_fair", "the read arbiter grants one at a time, the compute stream's loads "
                        "first, and serves the others in turn",

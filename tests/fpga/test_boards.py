@@ -11,7 +11,7 @@ import pytest
 
 from tilewright.cli import main
 from tilewright.fpga.boards import BOARDS, BoardError, ecp5_pll, get_board, ice40_pll
-from tilewright.fpga.build import BuildError, lone_flip_flops, synthesise
+from tilewright.fpga.build import BuildError, lone_carries, lone_flip_flops, synthesise
 from tilewright.fpga.soc import BoardTop
 
 
@@ -163,8 +163,20 @@ def test_an_ice40_build_counts_logic_cells_not_luts(tmp_path, monkeypatch, capsy
         f"open('top.json', 'w').write({json.dumps(json.dumps(_netlist(cells)))})\n")))
     assert main(["fpga", "build", "--board", "icebreaker", "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "logic cells (LUT4s, and flip-flops no LUT of theirs feeds alone) 5400 " \
-        "needed, 5280 available" in err
+    assert err.count("\n") == 1 and "logic cells (LUT4s, and flip-flops and carries no LUT of theirs shares a " \
+        "cell with) 5400 needed, 5280 available" in err
+
+
+def test_an_ice40_carry_takes_a_cell_unless_a_lut_on_its_inputs_shares_it():
+    """An SB_CARRY shares a logic cell with a LUT whose I1/I2 are its I0/I1; a chain whose carry-in comes
+    from the logic takes a cell more to bring it in."""
+    netlist = _netlist({
+        "sum": ("SB_LUT4", {"I1": [1], "I2": [2], "O": [10]}),
+        "c0": ("SB_CARRY", {"I0": [1], "I1": [2], "CI": ["0"], "CO": [20]}),     # with `sum`, from 0
+        "c1": ("SB_CARRY", {"I0": [3], "I1": [4], "CI": [20], "CO": [21]}),      # alone, chained
+        "c2": ("SB_CARRY", {"I0": [1], "I1": [2], "CI": [5], "CO": [22]}),       # with `sum`, fed from logic
+    })
+    assert lone_carries(netlist) == 2
 
 
 @pytest.mark.parametrize("usage,lone_ffs,message", [

@@ -30,7 +30,7 @@ from amaranth.sim import Simulator
 from tilewright import PRESETS, isa
 from tilewright.hw.core import ComputeCore, alu_reads_one_port, soft_multiply
 from tilewright.hw.serial_core import core_for
-from tilewright.hw.sram import acc_granularity, alu_granularity, sram_shape
+from tilewright.hw.sram import acc_granularity, acc_loads_by_lane, alu_granularity, sram_shape
 from tilewright.isa import Alu, AluOp, ErrorCode, Finish, Gemm, Load, MemType
 from tilewright.sim import FunctionalSimulator
 from tilewright.sim.fsim import SimError
@@ -729,6 +729,15 @@ def test_alu_chain_waits_one_cycle_per_dependent_micro_op(op, cfg):
         cycles[name] = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, uops), cfg)["cycles"]
     wait = 1 if cfg.vector_passes == 1 else 6 if alu_reads_one_port(cfg) else 4
     assert cycles["chain"] - cycles["apart"] == 31 * wait, cycles    # 32 micro-ops on one row: 31 wait
+
+
+def test_accumulator_loads_go_by_lane_only_where_a_beat_is_one_lane_and_an_acc8_element():
+    """The serial core takes a LOAD's accumulator writes a lane wide (``acc_loads_by_lane``) only when every
+    one of them is a lane: a 32-bit beat of 32-bit lanes, an ACC8 element (a byte a lane) within a beat."""
+    assert acc_loads_by_lane(SEQ)
+    assert not acc_loads_by_lane(SEQ_B2)         # 16 lanes: an ACC8 element is four beats
+    assert not acc_loads_by_lane(SEQ_ACC16)      # a beat holds two 16-bit lanes
+    assert not acc_loads_by_lane(VEC1)           # the pipelined core writes whole rows
 
 
 @pytest.mark.parametrize("cfg", [SEQ, SEQ_B2], ids=lambda c: c.name)

@@ -15,6 +15,7 @@ from tilewright.sim.formal import FormalError, prove
 from tilewright.sim.properties import ArbiterFairness, TokensPushedFirst, formal_properties, prove_property
 
 LEAN = load_config(Path(__file__).parents[2] / "examples" / "boards" / "tiny_lean.toml")
+SERIAL = load_config(Path(__file__).parents[2] / "examples" / "boards" / "tiny_serial.toml")
 PROPERTIES = ["dma_bounds", "axi_stable", "arbiter_fair", "tokens_pushed_first"]
 
 
@@ -26,6 +27,12 @@ def _property(cfg, name):
 @pytest.mark.parametrize("cfg", [load_config("tiny"), load_config("default"), LEAN], ids=["tiny", "default", "tiny-lean"])
 def test_property_is_proved(cfg, name, tmp_path):
     prove_property(_property(cfg, name), workdir=tmp_path)
+
+
+def test_axi_stable_is_proved_for_a_slow_clock(tmp_path):
+    """Without the skid buffers and the writer's element register (``slow_clock``), AR, AW and W still hold
+    until ready (W as long as the elements offered do)."""
+    prove_property(_property(SERIAL, "axi_stable"), workdir=tmp_path)
 
 
 def test_dma_bounds_holds_for_the_small_fpgas_lean_rows(tmp_path, monkeypatch):
@@ -70,8 +77,9 @@ def test_axi_stable_catches_a_withdrawn_request(tmp_path, monkeypatch):
     """A reader that takes back its AR request when read data arrives."""
     original = dma._address_channel
 
-    def withdrawing(m, axi, prefix, split, pending, bus_bytes, *, room=1):
-        return original(m, axi, prefix, split, pending, bus_bytes, room=room & ~axi.rvalid if prefix == "ar" else room)
+    def withdrawing(m, axi, prefix, split, pending, bus_bytes, *, room=1, **options):
+        return original(m, axi, prefix, split, pending, bus_bytes, room=room & ~axi.rvalid if prefix == "ar" else room,
+                        **options)
     monkeypatch.setattr(dma, "_address_channel", withdrawing)
     _fails(_property(load_config("tiny"), "axi_stable"), tmp_path, "valid holds until ready")
 
