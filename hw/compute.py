@@ -20,7 +20,8 @@ from .serial_core import core_for
 from .padded_load import LoadRequest
 from .pipe import pipe
 from .sequencer import CommandSignature, Sequencer, TokenPort
-from .sram import acc_granularity, alu_granularity, load_granularity, never_reads_while_written, sram_shape
+from .sram import (acc_granularity, alu_granularity, load_granularity, never_reads_while_written, sram_addr_bits,
+                   sram_shape)
 
 __all__ = ["ComputeUnit"]
 
@@ -60,7 +61,7 @@ class ComputeUnit(wiring.Component):
         self.cfg = cfg
 
         def port(kind, mem, **granularity):
-            return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem), **granularity))
+            return In(kind.Signature(addr_width=sram_addr_bits(cfg, mem), shape=sram_shape(cfg, mem), **granularity))
 
         super().__init__({
             "cmd": In(CommandSignature()),

@@ -50,7 +50,7 @@ from tilewright.isa import AluOp, ErrorCode
 
 from .dsp import ICE40_PAIR_OPERAND_BITS, ecp5_product, ice40_product_pair, is_ecp5, is_ice40, is_small_fpga
 from .pipe import pipe, replicas
-from .sram import acc_granularity, alu_granularity, load_granularity, sram_shape, widened
+from .sram import acc_granularity, alu_granularity, load_granularity, sram_addr_bits, sram_shape, widened
 
 __all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply", "OPERAND_COPIES_FROM",
            "alu_reads_one_port"]
@@ -287,7 +287,7 @@ class ComputeCore(wiring.Component):
         self.acc_shape = sram_shape(cfg, "acc")
 
         def port(kind, mem, **granularity):
-            return In(kind.Signature(addr_width=cfg.index_bits(mem), shape=sram_shape(cfg, mem), **granularity))
+            return In(kind.Signature(addr_width=sram_addr_bits(cfg, mem), shape=sram_shape(cfg, mem), **granularity))
 
         super().__init__({
             "start": In(1),

@@ -13,7 +13,7 @@ from .dma import ElementPacker, ReadClient
 from .dsp import is_small_fpga
 from .pipe import pipe, replicas
 from .register_slice import SkidBuffer
-from .sram import acc_loads_by_lane, load_granularity, sram_shape
+from .sram import acc_loads_by_lane, load_granularity, sram_addr_bits, sram_shape, wgt_rows_by_lane
 from .transfer_check import MAX_EXTENT, TransferCheck
 
 __all__ = ["PaddedLoad", "LoadRequest", "LoadShare", "one_of"]
@@ -90,7 +90,8 @@ class PaddedLoad(wiring.Component):
             "read": Out(ReadClient(addr_width=addr_width, data_width=self.data_width)),
         }
         for b in self.buffers:
-            members[f"write_{b}"] = In(WritePort.Signature(addr_width=cfg.index_bits(b), shape=sram_shape(cfg, b),
+            members[f"write_{b}"] = In(WritePort.Signature(addr_width=sram_addr_bits(cfg, b),
+                                                            shape=sram_shape(cfg, b),
                                                             granularity=load_granularity(cfg, b)))
         super().__init__(members)
 
@@ -125,6 +126,8 @@ class PaddedLoad(wiring.Component):
         # with `acc_loads_by_lane` an ACC8 element's bytes, a lane each, from its beat (a beat each: the bus
         # is one accumulator wide), taken as its last byte is written.
         by_lane = {mt: mt == MemType.ACC8 and acc_loads_by_lane(self.cfg) for mt in types}
+        # With `wgt_rows_by_lane` a WGT entry is `block_out` rows, a beat each, and so is a padded one (zeros).
+        by_rows = {mt: mt == MemType.WGT and wgt_rows_by_lane(self.cfg) for mt in types}
         slices = [self.acc_lanes[0] if by_lane[mt] else max(1, self.elem_bytes[mt] // B) for mt in types]
 
         def per_type(values, one_hot=selected):
@@ -210,7 +213,12 @@ class PaddedLoad(wiring.Component):
         # ns from the state to their enables).
         writing = Signal()
         write_now = writing & (~in_data | element_valid)
+        steps_part = write_now & in_data        # (the slice or byte written is done: the next one's turn)
         entry_done = write_now & (~in_data | last_part)
+        if any(by_rows.values()):               # (a padded entry of rows written a row at a time too)
+            in_rows = uses(lambda mt: by_rows[mt])
+            steps_part = write_now & (in_data | in_rows)
+            entry_done = write_now & ((~in_data & ~in_rows) | last_part)
         elements = Signal(2 * isa.SIZE_BITS, reset_less=True)       # DRAM elements written so far
         beat_done = in_data             # (the walk is done with the element or beat it writes from)
         if any(by_lane.values()):       # (an ACC8 beat by lane stays until its last byte is written)
@@ -245,6 +253,12 @@ class PaddedLoad(wiring.Component):
             # one register choosing for every buffer, spread far apart, took 10.9 ns.)
             w_from = Signal(len(mine), name=f"w_from_{b}", reset_less=True)
             m.d.sync += w_from.eq(Cat(moving[k] & in_data for k in mine))
+            if b == "wgt" and wgt_rows_by_lane(self.cfg):       # (a row a write: its address picks the slice)
+                o_bits = (self.cfg.block_out - 1).bit_length()
+                m.d.comb += [port.addr.eq(Cat(w_part[:o_bits], w_addrs[n % copies])),
+                             port.data.eq(one_of(w_from, [w_word])),
+                             port.en.eq(w_en & w_selected[mine[0]])]
+                continue
             datas, masks = [], []
             for k in mine:
                 mt = types[k]
@@ -305,7 +319,7 @@ class PaddedLoad(wiring.Component):
                     m.d.sync += writing.eq(1)
                     m.next = "WRITE"
             with m.State("WRITE"):
-                with m.If(write_now & in_data):
+                with m.If(steps_part):
                     m.d.sync += [part.eq(Mux(last_part, 0, part + 1)),
                                  last_part.eq(Mux(last_part, one_part, part == part_penult))]
                 with m.If(entry_done):

@@ -35,7 +35,7 @@ from .core import (ComputeCore, LoopGenerator, adder_tree, alu_reads_one_port, i
                    product_registers_reset_less, uop_range_bad)
 from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe
-from .sram import acc_loads_by_lane, widened
+from .sram import acc_loads_by_lane, wgt_rows_by_lane, widened
 
 __all__ = ["SerialCore", "core_for"]
 
@@ -128,7 +128,10 @@ class SerialCore(ComputeCore):
         inp_slice, wgt_slice = self.inp_read.data.as_value(), self.wgt_read.data.as_value()
         if c.batch > 1:
             inp_slice = inp_slice.word_select(lane[o_bits:], BI * c.inp_width)
-        if BO > 1:
+        # A lane's weights: with `wgt_rows_by_lane` the row read the cycle before (lane o's), else the lane's
+        # slice of the entry.
+        by_rows = wgt_rows_by_lane(c)
+        if BO > 1 and not by_rows:
             wgt_slice = wgt_slice.word_select(lane[:o_bits], BI * c.wgt_width)
         operands = [(inp_slice.word_select(k, c.inp_width).as_signed(), wgt_slice.word_select(k, c.wgt_width).as_signed())
                     for k in range(BI)]
@@ -192,14 +195,16 @@ class SerialCore(ComputeCore):
                     m.next = "NEXT"
                 with m.Elif(is_gemm):
                     m.d.comb += [self.inp_read.addr.eq(src), self.inp_read.en.eq(1),
-                                 self.wgt_read.addr.eq(wgt), self.wgt_read.en.eq(1),
-                                 acc_port.addr.eq(dst), acc_port.en.eq(1)]
+                                 self.wgt_read.addr.eq(Cat(C(0, o_bits), wgt) if by_rows else wgt),
+                                 self.wgt_read.en.eq(1), acc_port.addr.eq(dst), acc_port.en.eq(1)]
                     m.next = "GEMM"
                 with m.Else():
                     alu_lane_next()
             with m.State("GEMM"):
                 m.d.comb += issue.eq(1)
                 m.d.sync += lane.eq(lane + 1)
+                if by_rows:         # (the next lane's weights, for the next cycle)
+                    m.d.comb += [self.wgt_read.addr.eq(Cat((lane + 1)[:o_bits], wgt)), self.wgt_read.en.eq(1)]
                 with m.If(last_lane):
                     m.next = "GEMM_DRAIN"
             with m.State("GEMM_DRAIN"):
@@ -242,8 +247,9 @@ class _SerialAlu:
 
     Three registers: ``r`` (``a``, then the sum, or the product as it accumulates), ``q`` (``a`` again,
     halved a cycle: a right shift's value, or the MUL's multiplier bits) and ``b`` (the source operand,
-    doubled a cycle for MUL; for a left shift, once its amount is taken, ``a`` doubled a cycle). Called from the core's states: :meth:`take_b`, then :meth:`take_a`, then
-    :meth:`step` every cycle until it says the result is in; :attr:`result` is valid after that.
+    doubled a cycle for MUL; for a left shift, once its amount is taken, ``a`` doubled a cycle). Called
+    from the core's states: :meth:`take_b`, then :meth:`take_a`, then :meth:`step` every cycle until it
+    says the result is in; :attr:`result` is valid after that.
 
     ADD adds ``b`` to ``r``; MIN and MAX subtract ``b`` from ``r`` in the same adder and keep whether
     ``a < b`` (one cycle each). MUL adds ``b·2**k`` into ``r`` while bit ``k`` of ``a`` is set, ``width``

@@ -7,23 +7,47 @@ from amaranth.lib import data
 
 from tilewright import isa
 
-__all__ = ["sram_shape", "load_slices", "load_granularity", "alu_granularity", "acc_granularity",
-           "acc_loads_by_lane", "widened", "never_reads_while_written", "NO_RW_CHECK"]
+__all__ = ["sram_shape", "sram_rows", "sram_addr_bits", "wgt_rows_by_lane", "load_slices", "load_granularity",
+           "alu_granularity", "acc_granularity", "acc_loads_by_lane", "widened", "never_reads_while_written",
+           "NO_RW_CHECK"]
 
 #: The memory attribute :func:`never_reads_while_written` sets (Yosys's name for the same promise).
 NO_RW_CHECK = "no_rw_check"
 
 
+def wgt_rows_by_lane(cfg):
+    """Whether the weights' SRAM holds an output lane's weights a row, ``block_out`` rows an entry (row
+    ``entry·block_out + o``): with the serial core, which reads a lane's weights a cycle, where a bus
+    beat is one such row, so that a LOAD writes a beat a row. The core then needs no multiplexer to
+    pick a lane's weights from the entry, and the rows are as narrow as a beat (in fewer block RAMs:
+    a block RAM is at most 16 bits wide on the iCE40, however shallow)."""
+    return cfg.serial_core and cfg.block_out > 1 and cfg.dram_bus_width == cfg.block_in * cfg.wgt_width
+
+
 def sram_shape(cfg, mem):
-    """Entry shape of SRAM ``mem``: lanes of signed integers (``uop``: the micro-op layout).
+    """Row shape of SRAM ``mem``: lanes of signed integers (``uop``: the micro-op layout).
 
     Lanes are ordered as in DRAM: inp ``b·block_in + k``, wgt ``o·block_in + k``,
-    acc and out ``b·block_out + o``.
+    acc and out ``b·block_out + o``. A row is an entry, or with :func:`wgt_rows_by_lane` a weight
+    entry's ``block_in`` lanes of one ``o``.
     """
     if mem == "uop":
         return isa.uop_layout(cfg)
     lanes, width = cfg.lanes(mem)
+    if mem == "wgt" and wgt_rows_by_lane(cfg):
+        lanes = cfg.block_in
     return data.ArrayLayout(signed(width), lanes)
+
+
+def sram_rows(cfg, mem):
+    """Rows of SRAM ``mem``: its entries, or ``block_out`` rows an entry (:func:`wgt_rows_by_lane`)."""
+    return cfg.depth(mem) * (cfg.block_out if mem == "wgt" and wgt_rows_by_lane(cfg) else 1)
+
+
+def sram_addr_bits(cfg, mem):
+    """Bits of a row address of SRAM ``mem`` (an entry's index, or with :func:`wgt_rows_by_lane` the
+    entry's index above log2(block_out) bits of ``o``)."""
+    return cfg.index_bits(mem) + ((cfg.block_out - 1).bit_length() if mem == "wgt" and wgt_rows_by_lane(cfg) else 0)
 
 
 
@@ -37,7 +61,9 @@ def load_slices(cfg, mem):
 
 
 def load_granularity(cfg, mem):
-    """The granularity, in lanes, of the write port LOADs fill SRAM ``mem`` through (None: whole entries)."""
+    """The granularity, in lanes, of the write port LOADs fill SRAM ``mem`` through (None: whole rows)."""
+    if mem == "wgt" and wgt_rows_by_lane(cfg):
+        return None             # (a beat a row)
     slices = load_slices(cfg, mem)
     return None if slices == 1 else cfg.lanes(mem)[0] // slices
 

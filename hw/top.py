@@ -32,7 +32,7 @@ from .padded_load import LoadShare, PaddedLoad
 from .pipe import pipe
 from .regs import ADDR_WIDTH, COUNTERS, STATUS_LAYOUT, RegisterFile, built_counters
 from .sequencer import POP_COPIES, CommandLayout, CommandSignature
-from .sram import alu_granularity, load_granularity, never_reads_while_written, sram_shape
+from .sram import alu_granularity, load_granularity, never_reads_while_written, sram_rows, sram_shape
 from .store import StoreUnit
 from .token_queue import TokenQueue
 
@@ -172,7 +172,7 @@ class Datapath(wiring.Component):
 
         # -- SRAMs shared between streams ---------------------------------------------
         m.submodules.inp_mem = inp_mem = Memory(shape=sram_shape(c, "inp"), depth=c.inp_depth, init=[])
-        m.submodules.wgt_mem = wgt_mem = Memory(shape=sram_shape(c, "wgt"), depth=c.wgt_depth, init=[])
+        m.submodules.wgt_mem = wgt_mem = Memory(shape=sram_shape(c, "wgt"), depth=sram_rows(c, "wgt"), init=[])
         m.submodules.out_mem = out_mem = Memory(shape=sram_shape(c, "out"), depth=c.acc_depth, init=[])
         inp_write = inp_mem.write_port(granularity=load_granularity(c, "inp"))
         wgt_write = wgt_mem.write_port(granularity=load_granularity(c, "wgt"))
@@ -208,8 +208,8 @@ class Datapath(wiring.Component):
         # -- AXI: the readers share AR/R, the store stream owns AW/W/B ----------------
         # A RowReader for fetch and for each loader, or with `lean` one they all take turns on.
         def row_reader(name, **options):
-            m.submodules[f"{name}_reader"] = reader = RowReader(addr_width=aw, data_width=c.dram_bus_width,
-                                                                lean=c.lean, timing_registers=not c.slow_clock, **options)
+            m.submodules[f"{name}_reader"] = reader = RowReader(
+                addr_width=aw, data_width=c.dram_bus_width, lean=c.lean, timing_registers=not c.slow_clock, **options)
             return reader
         if c.lean:
             reader = row_reader("shared")

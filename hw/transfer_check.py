@@ -209,7 +209,7 @@ class TransferCheck(wiring.Component):
         base, base_over = saturated(self.dram_base)
         m.d.sync += self.done.eq(0)
         m.d.comb += self.error.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE, Mux(bus_bad, ErrorCode.BUS_ERROR,
-                                                                          Mux(guard_bad, ErrorCode.STORE_OVER_PROGRAM, 0))))
+                                      Mux(guard_bad, ErrorCode.STORE_OVER_PROGRAM, 0))))
 
         def multiply(x, y):
             """Load the shift-and-add's operands (acc keeps what it holds: the product adds to it)."""

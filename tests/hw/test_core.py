@@ -30,7 +30,8 @@ from amaranth.sim import Simulator
 from tilewright import PRESETS, isa
 from tilewright.hw.core import ComputeCore, alu_reads_one_port, soft_multiply
 from tilewright.hw.serial_core import core_for
-from tilewright.hw.sram import acc_granularity, acc_loads_by_lane, alu_granularity, sram_shape
+from tilewright.hw.sram import (acc_granularity, acc_loads_by_lane, alu_granularity, sram_rows, sram_shape,
+                                wgt_rows_by_lane)
 from tilewright.isa import Alu, AluOp, ErrorCode, Finish, Gemm, Load, MemType
 from tilewright.sim import FunctionalSimulator
 from tilewright.sim.fsim import SimError
@@ -76,7 +77,8 @@ DRAM_BASE = {"uop": 0x0000, "inp": 0x1000, "wgt": 0x2000, "acc": 0x8000}
 # -- SRAM contents ------------------------------------------------------------
 
 def lanes(cfg, mem):
-    return sram_shape(cfg, mem).length
+    """Lanes of an entry of ``mem`` (a row of its SRAM may hold fewer: ``wgt_rows_by_lane``)."""
+    return cfg.lanes(mem)[0]
 
 
 def width(cfg, mem):
@@ -141,9 +143,9 @@ class CoreHarness(Elaboratable):
         for mem in MEMS:
             if mem == "uop":
                 init = [{"dst": d, "src": s, "wgt": w} for d, s, w in contents["uop"].tolist()]
-            else:
-                init = contents[mem].tolist()
-            self.mems[mem] = Memory(shape=sram_shape(cfg, mem), depth=cfg.depth(mem), init=init)
+            else:           # (rows: entries, or with `wgt_rows_by_lane` a weight entry's lanes of each o)
+                init = np.asarray(contents[mem]).reshape(sram_rows(cfg, mem), -1).tolist()
+            self.mems[mem] = Memory(shape=sram_shape(cfg, mem), depth=sram_rows(cfg, mem), init=init)
 
     def elaborate(self, platform):
         m = Module()
@@ -731,13 +733,16 @@ def test_alu_chain_waits_one_cycle_per_dependent_micro_op(op, cfg):
     assert cycles["chain"] - cycles["apart"] == 31 * wait, cycles    # 32 micro-ops on one row: 31 wait
 
 
-def test_accumulator_loads_go_by_lane_only_where_a_beat_is_one_lane_and_an_acc8_element():
+def test_serial_core_buffers_go_by_lane_only_where_a_beat_is_one_lanes_worth():
     """The serial core takes a LOAD's accumulator writes a lane wide (``acc_loads_by_lane``) only when every
-    one of them is a lane: a 32-bit beat of 32-bit lanes, an ACC8 element (a byte a lane) within a beat."""
-    assert acc_loads_by_lane(SEQ)
+    one of them is a lane: a 32-bit beat of 32-bit lanes, an ACC8 element (a byte a lane) within a beat;
+    and keeps the weights a row per output lane (``wgt_rows_by_lane``) where a beat is one such row."""
+    assert acc_loads_by_lane(SEQ) and wgt_rows_by_lane(SEQ)
     assert not acc_loads_by_lane(SEQ_B2)         # 16 lanes: an ACC8 element is four beats
+    assert wgt_rows_by_lane(SEQ_B2)              # (4 weights of 8 bits: a beat a row still)
     assert not acc_loads_by_lane(SEQ_ACC16)      # a beat holds two 16-bit lanes
-    assert not acc_loads_by_lane(VEC1)           # the pipelined core writes whole rows
+    assert not wgt_rows_by_lane(SEQ_ONE)         # one output lane: an entry is a row already
+    assert not acc_loads_by_lane(VEC1) and not wgt_rows_by_lane(VEC1)     # the pipelined core reads whole rows
 
 
 @pytest.mark.parametrize("cfg", [SEQ, SEQ_B2], ids=lambda c: c.name)
