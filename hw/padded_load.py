@@ -44,8 +44,9 @@ class PaddedLoad(wiring.Component):
     """Executes the LOADs of one stream, whatever their memory type.
 
     Writes ``(y_pad0 + y_size + y_pad1) × (x_pad0 + x_size + x_pad1)``
-    consecutive SRAM entries from ``sram_base``, one per cycle: zeros in the
-    padding, DRAM elements in the data rectangle (row ``r`` from element
+    consecutive SRAM entries from ``sram_base``, one per cycle (a weight
+    entry of ``block_out`` rows with ``wgt_rows_by_lane``, a row per cycle):
+    zeros in the padding, DRAM elements in the data rectangle (row ``r`` from element
     ``dram_base + r·x_stride``). A rectangle that leaves the buffer stops
     with ``SRAM_RANGE`` before anything moves; a DRAM address beyond the bus
     or an error response ends with ``BUS_ERROR``.
