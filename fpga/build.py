@@ -132,8 +132,7 @@ def lone_carries(netlist):
     """Logic cells an iCE40 netlist's carry chains take beyond its LUTs' (Yosys JSON, module ``top``): an
     SB_CARRY shares a cell with a LUT whose I1 and I2 are the carry's I0 and I1, else it takes a cell of
     its own; and a chain whose carry-in comes from the logic (or is 1) takes one more to bring it in. A
-    lower bound close to what nextpnr's packer adds (on the iCEBreaker's SoC it counted 5,747 cells, the
-    packer 5,764)."""
+    lower bound close to what nextpnr's packer adds (docs/fpga.md compares them on the iCEBreaker's SoC)."""
     cells = list(netlist["modules"]["top"]["cells"].values())
 
     def pin(cell, name):

@@ -52,7 +52,7 @@ from .dsp import ICE40_PAIR_OPERAND_BITS, ecp5_product, ice40_product_pair, is_e
 from .pipe import pipe, replicas
 from .sram import acc_granularity, alu_granularity, load_granularity, sram_addr_bits, sram_shape, widened
 
-__all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "soft_multiply", "OPERAND_COPIES_FROM",
+__all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "saturating_step", "soft_multiply", "OPERAND_COPIES_FROM",
            "alu_reads_one_port"]
 
 #: A GEMM of this many products or more copies its operand registers for each product (a stage more):
@@ -148,10 +148,6 @@ class LoopGenerator(wiring.Component):
         f_out = [self.factors[f"{n}_out"] for n in names]
         f_in = [self.factors[f"{n}_in"] for n in names]
 
-        def step(offset, factor):
-            total = offset + factor
-            return Mux(total[-1], (1 << len(offset)) - 1, total[:len(offset)])
-
         running = Signal()
         # Whether each counter is at its last value, kept beside it as flags (as the loader's walk does):
         # set from the instruction at `start` and, as a counter steps, from a compare with its
@@ -193,13 +189,20 @@ class LoopGenerator(wiring.Component):
                 m.d.sync += [u.eq(u + 1), last_u.eq(u == u_penult)]
             with m.Elif(~last_i):
                 m.d.sync += [u.eq(self.uop_bgn), last_u.eq(single_u), i.eq(i + 1), last_i.eq(i == i_penult)]
-                m.d.sync += [off[k].eq(step(off[k], f_in[k])) for k in range(3)]
+                m.d.sync += [off[k].eq(saturating_step(off[k], f_in[k])) for k in range(3)]
             with m.Else():
                 m.d.sync += [u.eq(self.uop_bgn), last_u.eq(single_u), i.eq(0), last_i.eq(single_i),
                              o.eq(o + 1), last_o.eq(o == o_penult)]
-                m.d.sync += [base[k].eq(step(base[k], f_out[k])) for k in range(3)]
-                m.d.sync += [off[k].eq(step(base[k], f_out[k])) for k in range(3)]
+                m.d.sync += [base[k].eq(saturating_step(base[k], f_out[k])) for k in range(3)]
+                m.d.sync += [off[k].eq(saturating_step(base[k], f_out[k])) for k in range(3)]
         return m
+
+
+def saturating_step(offset, factor):
+    """``offset + factor``, all ones where it does not fit ``offset``'s width (a loop offset: see
+    :class:`LoopGenerator`)."""
+    total = offset + factor
+    return Mux(total[-1], (1 << len(offset)) - 1, total[:len(offset)])
 
 
 def adder_tree(m, values, *, domain="sync", name="tree"):

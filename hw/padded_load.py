@@ -254,9 +254,9 @@ class PaddedLoad(wiring.Component):
             # one register choosing for every buffer, spread far apart, took 10.9 ns.)
             w_from = Signal(len(mine), name=f"w_from_{b}", reset_less=True)
             m.d.sync += w_from.eq(Cat(moving[k] & in_data for k in mine))
-            if b == "wgt" and wgt_rows_by_lane(self.cfg):       # (a row a write: its address picks the slice)
-                o_bits = (self.cfg.block_out - 1).bit_length()
-                m.d.comb += [port.addr.eq(Cat(w_part[:o_bits], w_addrs[n % copies])),
+            row_bits = len(port.addr) - self.cfg.index_bits(b)     # (an entry of rows: its slice's row)
+            if row_bits:            # (a row a write, `wgt_rows_by_lane`: the address picks the slice)
+                m.d.comb += [port.addr.eq(Cat(w_part[:row_bits], w_addrs[n % copies])),
                              port.data.eq(one_of(w_from, [w_word])),
                              port.en.eq(w_en & w_selected[mine[0]])]
                 continue

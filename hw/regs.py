@@ -150,7 +150,9 @@ class RegisterFile(wiring.Component):
         # manager's handshake reached the registers' enables through the address's decode: on the 85F at
         # 100 MHz the host bridge's state did, 11.1 ns).
         b_pending, w_due = Signal(), Signal()          # (w_due: the write is applied this cycle)
-        take_write = bus.awvalid & bus.wvalid & ~b_pending & (1 if self.direct_writes else ~w_due)
+        take_write = bus.awvalid & bus.wvalid & ~b_pending
+        if not self.direct_writes:      # (not while the last write is applied)
+            take_write &= ~w_due
         starts = bus.wdata[CONTROL_START_BIT] & bus.wstrb[CONTROL_START_BIT // 8]
         m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write), bus.bvalid.eq(b_pending),
                      bus.bresp.eq(RESP_OKAY)]

@@ -10,18 +10,19 @@ each micro-op to its end before it takes the next::
     NEXT   micro-op read (the loops step)
     INDEX  indices and range check; GEMM: the inp, wgt and acc[dst] rows read
     GEMM   a lane a cycle into products · tree levels · acc += sum → write register
-    ALU    per lane: acc[src] read (not with an immediate) · acc[dst] read · op (a cycle; SHR a bit
-           a cycle, a serial MUL a partial product a cycle) · result → write register · written
+    ALU    per lane: acc[src] read (not with an immediate) · acc[dst] read · op in one adder (a cycle;
+           SHR a bit a cycle, MUL a partial product a cycle) · result → write register · written
 
 The rows a micro-op reads stay on the read ports' outputs (their enables
-are off until the next read), a lane is chosen from them by multiplexers,
+are off until the next read), a lane is chosen from them by multiplexers
+(a lane's weights are a row of their own with ``wgt_rows_by_lane``),
 and each result is written into its lane alone (the ALU's one-lane write
 granularity: ``serial_core`` asks for ``vector_lanes = 1``). No row is read
 while a write is in flight, so the accumulator's read port needs no
 transparency and a micro-op sees every write before it. A GEMM micro-op takes
 ``batch·block_out`` cycles for its lanes, two for the micro-op's reads, the products'
 and the tree's latency (2 + log2(block_in)) and two to drain; an ALU micro-op two, and
-six cycles a lane (five with an immediate; a shift by n bits n + 1 more, a serial MUL
+six cycles a lane (five with an immediate; a shift by n > 1 bits n - 1 more, MUL
 ``acc_width - 1`` more).
 """
 
@@ -32,7 +33,7 @@ from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
 from .core import (ComputeCore, LoopGenerator, adder_tree, alu_reads_one_port, index_out_of_range,
-                   product_registers_reset_less, uop_range_bad)
+                   product_registers_reset_less, saturating_step, uop_range_bad)
 from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe
 from .sram import acc_loads_by_lane, wgt_rows_by_lane, widened
@@ -321,11 +322,7 @@ class _SerialLoops(LoopGenerator):
         names = tuple(self.index_bits)
         base = [Signal(self.index_bits[n] + 1, name=f"base_{n}", reset_less=True) for n in names]   # o·f_out
         off = [Signal(self.index_bits[n] + 1, name=f"off_{n}", reset_less=True) for n in names]     # + i·f_in
-
-        def step(offset, factor):        # (saturating at all ones, as the LoopGenerator's)
-            total = offset + factor
-            return Mux(total[-1], (1 << len(offset)) - 1, total[:len(offset)])
-
+        f_out, f_in = ([self.factors[f"{n}_{level}"] for n in names] for level in ("out", "in"))
         running = Signal()
         last_u, last_i, last_o = u + 1 == self.uop_end, i + 1 == self.iter_in, o + 1 == self.iter_out
         m.d.comb += [self.valid.eq(running), self.busy.eq(running), self.out.u.eq(u),
@@ -342,9 +339,9 @@ class _SerialLoops(LoopGenerator):
                 m.d.sync += u.eq(u + 1)
             with m.Elif(~last_i):
                 m.d.sync += [u.eq(self.uop_bgn), i.eq(i + 1)]
-                m.d.sync += [off[k].eq(step(off[k], self.factors[f"{n}_in"])) for k, n in enumerate(names)]
+                m.d.sync += [off[k].eq(saturating_step(off[k], f_in[k])) for k in range(len(names))]
             with m.Else():
                 m.d.sync += [u.eq(self.uop_bgn), i.eq(0), o.eq(o + 1)]
-                m.d.sync += [base[k].eq(step(base[k], self.factors[f"{n}_out"])) for k, n in enumerate(names)]
-                m.d.sync += [off[k].eq(step(base[k], self.factors[f"{n}_out"])) for k, n in enumerate(names)]
+                m.d.sync += [base[k].eq(saturating_step(base[k], f_out[k])) for k in range(len(names))]
+                m.d.sync += [off[k].eq(saturating_step(base[k], f_out[k])) for k in range(len(names))]
         return m

@@ -24,6 +24,11 @@ def wgt_rows_by_lane(cfg):
     return cfg.serial_core and cfg.block_out > 1 and cfg.dram_bus_width == cfg.block_in * cfg.wgt_width
 
 
+def _rows_per_entry(cfg, mem):
+    """Rows of SRAM ``mem`` an entry takes: ``block_out`` for the weights with :func:`wgt_rows_by_lane`, else 1."""
+    return cfg.block_out if mem == "wgt" and wgt_rows_by_lane(cfg) else 1
+
+
 def sram_shape(cfg, mem):
     """Row shape of SRAM ``mem``: lanes of signed integers (``uop``: the micro-op layout).
 
@@ -34,20 +39,18 @@ def sram_shape(cfg, mem):
     if mem == "uop":
         return isa.uop_layout(cfg)
     lanes, width = cfg.lanes(mem)
-    if mem == "wgt" and wgt_rows_by_lane(cfg):
-        lanes = cfg.block_in
-    return data.ArrayLayout(signed(width), lanes)
+    return data.ArrayLayout(signed(width), lanes // _rows_per_entry(cfg, mem))
 
 
 def sram_rows(cfg, mem):
     """Rows of SRAM ``mem``: its entries, or ``block_out`` rows an entry (:func:`wgt_rows_by_lane`)."""
-    return cfg.depth(mem) * (cfg.block_out if mem == "wgt" and wgt_rows_by_lane(cfg) else 1)
+    return cfg.depth(mem) * _rows_per_entry(cfg, mem)
 
 
 def sram_addr_bits(cfg, mem):
     """Bits of a row address of SRAM ``mem`` (an entry's index, or with :func:`wgt_rows_by_lane` the
     entry's index above log2(block_out) bits of ``o``)."""
-    return cfg.index_bits(mem) + ((cfg.block_out - 1).bit_length() if mem == "wgt" and wgt_rows_by_lane(cfg) else 0)
+    return cfg.index_bits(mem) + (_rows_per_entry(cfg, mem) - 1).bit_length()
 
 
 
@@ -62,7 +65,7 @@ def load_slices(cfg, mem):
 
 def load_granularity(cfg, mem):
     """The granularity, in lanes, of the write port LOADs fill SRAM ``mem`` through (None: whole rows)."""
-    if mem == "wgt" and wgt_rows_by_lane(cfg):
+    if _rows_per_entry(cfg, mem) > 1:
         return None             # (a beat a row)
     slices = load_slices(cfg, mem)
     return None if slices == 1 else cfg.lanes(mem)[0] // slices
