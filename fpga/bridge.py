@@ -86,6 +86,8 @@ class HostBridge(wiring.Component):
         self.info = struct.pack(protocol.INFO_FORMAT, protocol.VERSION, 0, bytes.fromhex(fingerprint),
                                 mem_bytes, int(clock_hz))
         self.mem_bytes, self.idle_timeout = mem_bytes, idle_timeout
+        # (the address in the header's 32 bits moves on in place; a reply byte is chosen by 5 bits of its count)
+        assert mem_bytes < 1 << 32 and len(self.info) < 32
         super().__init__({"rx": In(stream.Signature(8)), "tx": Out(stream.Signature(8)),
                           "regs": Out(AxiLiteSignature(addr_width=ADDR_WIDTH)), "mem": Out(HostPortSignature()),
                           "run_busy": In(1), "idle": Out(1)})
@@ -95,45 +97,59 @@ class HostBridge(wiring.Component):
         rx, tx, regs, mem = self.rx, self.tx, self.regs, self.mem
         crc = Signal(16, init=protocol.CRC_INIT)
         command = Signal(8)
+        # The request's payload bytes still to come, then (loaded by the reply) the reply's still to send:
+        # one counter, no sums with an index to compare.
         length = Signal(16)
-        index = Signal(16)              # payload bytes received, then reply payload bytes sent
+        index = Signal(range(7))        # payload bytes received, up to the header's six
         header = Signal(48)             # the first six payload bytes (address, count / offset, value)
         refused = Signal(8)             # a Status decided while receiving (0: none)
         status = Signal(8)
-        reply_length = Signal(16)
         out_byte = Signal(8)            # the memory byte being sent
         silence = Signal(range(self.idle_timeout + 1))
-        write_pending = Signal()        # a MEM_WRITE byte waiting for the memory port
-        # Addresses inside the memory take `reach` bits: the sums below are that wide, not 32 bits, and an
-        # address with a bit set above them (`far`, a register like the sums) is beyond the memory. No
+        write_pending = Signal()        # a MEM_WRITE byte (`rx_byte`) waiting for the memory port
+        rx_byte = Signal(8)             # the last byte the UART offered
+        # Addresses inside the memory take `reach` bits: the range's sum below is that wide, not 32 bits, and
+        # an address with a bit set above them (`far`, a register like the sum) is beyond the memory. No
         # access is made before its range is checked, so the memory port's address needs no more.
         reach = self.mem_bytes.bit_length()
-        write_address = Signal(reach)
-        write_data = Signal(8)
         restart = Signal()              # a byte was taken, or no request was open, last cycle
         timed_out = (silence == self.idle_timeout) & ~restart
 
         address = header[:32]
+        # The memory port's address: the request's, moved on a byte after each access (in place: no
+        # adder of an index, no copy for writes). It stays inside `reach` bits, as the range is checked first.
         near = address[:reach]
         reg_offset = header[:8]
         count = header[32:48]
-        info = Const(int.from_bytes(self.info, "little"), 8 * len(self.info))
+        # A reply's payload byte by the bytes still to send (`length`, n down to 1): INFO's backwards, and
+        # R's four (4 to 1, in two bits 0, 3, 2, 1) in that order.
+        info_from_end = Const(int.from_bytes(bytes(1) + self.info[::-1], "little"), 8 * (len(self.info) + 1))
+        rdata_bytes = [regs.rdata.word_select(k, 8) for k in range(4)]
+        rdata_from_end = Cat(rdata_bytes[0], rdata_bytes[3], rdata_bytes[2], rdata_bytes[1])
         byte = rx.payload
         take = rx.valid & rx.ready
 
-        m.d.comb += [mem.valid.eq(write_pending), mem.write.eq(write_pending), mem.wdata.eq(write_data),
-                     mem.addr.eq(Mux(write_pending, write_address, (near + index)[:reach])), regs.wstrb.eq(0xF),
+        m.d.comb += [mem.valid.eq(write_pending), mem.write.eq(write_pending), mem.wdata.eq(rx_byte),
+                     mem.addr.eq(near), regs.wstrb.eq(0xF),
                      regs.awaddr.eq(reg_offset), regs.araddr.eq(reg_offset), regs.wdata.eq(header[8:40])]
         with m.If(mem.valid & mem.ready & mem.write):
             m.d.sync += write_pending.eq(0)
+        # The address moves on a cycle after an access is accepted, from a register (the memory's ready
+        # stays off the address's enables): a read's next access comes cycles later, a write's once the
+        # next byte is received. (A MEM_WRITE's byte goes to memory from `rx_byte`, which holds it until
+        # the UART offers the next.) So the memory must take a written byte at least a cycle before the
+        # next one is received: the on-chip memory serves the host within cycles, and bytes come 10 bit
+        # times apart (hundreds of cycles at the boards' clocks and baud rates).
+        stepped = Signal()
+        m.d.sync += stepped.eq(mem.valid & mem.ready)
 
         # A byte sent or received enters the CRC a cycle later, from a register (what is sent is chosen by
         # a multiplexer, and a byte taken depends on the state: on the 85F at 100 MHz the state reached
         # the CRC through the byte's, 11.1 ns); the next byte sent waits for it. A byte received is kept
-        # whatever the state, as it is offered (`rx_byte`: the state had reached its enables, 10.9 ns), a
-        # byte sent as it is taken (`sent_byte`). (Received bytes come at least 2 cycles apart, as the
-        # UART receiver gives them, 10 bit times: `rx_byte` and the payload's flags below rely on it.)
-        rx_byte, sent_byte = (Signal(8, name=n) for n in ("rx_byte", "sent_byte"))
+        # whatever the state, as it is offered (`rx_byte`: the state had reached its enables, 10.9 ns); a
+        # byte sent is still in `tx_byte` then (a state loads it again with the same byte until it is
+        # taken). (Received bytes come at least 2 cycles apart, as the UART receiver gives them, 10 bit
+        # times: `rx_byte` and the payload's flags below rely on it.)
         crc_due, crc_of_rx = (Signal(name=n) for n in ("crc_due", "crc_of_rx"))
         # A frame (a request's sync byte taken, or a reply begun) restarts the CRC and clears the index a
         # cycle later, from a register (the state, the byte's compare and EXECUTE's checks reached the
@@ -143,10 +159,6 @@ class HostBridge(wiring.Component):
         m.d.sync += frame_start.eq(0)
         with m.If(rx.valid):
             m.d.sync += rx_byte.eq(byte)
-        with m.If(crc_due):
-            m.d.sync += [crc.eq(crc16_next(crc, Mux(crc_of_rx, rx_byte, sent_byte))), crc_due.eq(0)]
-        with m.If(frame_start):
-            m.d.sync += [crc.eq(protocol.CRC_INIT), index.eq(0)]
 
         # A payload byte enters the header a cycle after it is taken, from `rx_byte` (on the 85F at 100 MHz
         # the state and the byte taken reached the header's enables, 10.3 ns).
@@ -155,6 +167,8 @@ class HostBridge(wiring.Component):
         m.d.sync += header_due.eq(0)
         with m.If(header_due):
             m.d.sync += header.word_select(header_slot, 8).eq(rx_byte)
+        with m.If(stepped):                 # (never as the header's address is loaded)
+            m.d.sync += near.eq(near + 1)
 
         def received(next_state, *, checked=True):
             """Take a byte (into the CRC unless it is the CRC) and go on."""
@@ -175,6 +189,10 @@ class HostBridge(wiring.Component):
         taken = tx.ready & tx.valid
         m.d.comb += [tx.valid.eq(prepared & ~crc_due), tx.payload.eq(tx_byte)]
         m.d.sync += prepared.eq(offering & ~taken)
+        with m.If(crc_due):
+            m.d.sync += [crc.eq(crc16_next(crc, Mux(crc_of_rx, rx_byte, tx_byte))), crc_due.eq(0)]
+        with m.If(frame_start):
+            m.d.sync += [crc.eq(protocol.CRC_INIT), index.eq(0)]
 
         def send(value, next_state, *, checked=True):
             """Offer ``value`` to the UART and go on when it is taken; returns whether it is taken."""
@@ -182,54 +200,56 @@ class HostBridge(wiring.Component):
             m.d.sync += tx_byte.eq(value)
             with m.If(taken):
                 if checked:
-                    m.d.sync += [sent_byte.eq(tx_byte), crc_due.eq(1), crc_of_rx.eq(0)]
+                    m.d.sync += [crc_due.eq(1), crc_of_rx.eq(0)]
                 m.next = next_state
             return taken
 
-        # Whether the reply's payload is all sent (`index == reply_length`), kept beside them: the compare
-        # lay on the path into the index's enables.
+        # Whether the reply's payload is all sent (`length == 0`), kept beside it: the compare lay on the
+        # path into the state's and the count's enables.
         reply_end = Signal()
 
-        def reply(code, length=0):
-            m.d.sync += [status.eq(code), reply_length.eq(length), frame_start.eq(1),
-                         reply_end.eq(Value.cast(length) == 0)]
+        def reply(code, reply_length=0):
+            m.d.sync += [status.eq(code), length.eq(reply_length), frame_start.eq(1),
+                         reply_end.eq(Value.cast(reply_length) == 0)]
             m.next = "TX_SYNC"
 
         def sent_payload_byte():
-            m.d.sync += [index.eq(index + 1), reply_end.eq(index + 1 == reply_length)]
+            m.d.sync += [length.eq(length - 1), reply_end.eq(length == 1)]
 
-        # What EXECUTE decides on, from registers: the request is complete a cycle (CHECK) before.
-        crc_ok, length_ok, read_in_range = Signal(), Signal(), Signal()
-        with m.Switch(command):
-            for cmd, expected in protocol.PAYLOAD_LENGTHS.items():
-                with m.Case(cmd):
-                    m.d.sync += length_ok.eq(length >= 4 if expected is None else length == expected)
-            with m.Default():
-                m.d.sync += length_ok.eq(0)
-        # (MEM_READ's end in two register steps, the sum then the compare: in one, 11.8 ns on the 85F at
-        # 100 MHz. Both are current by EXECUTE: CRC0, CRC1 and CHECK come after the header's last byte.)
-        read_end = Signal.like(near + count)
-        far = Signal()
-        m.d.sync += [read_end.eq(near + count), far.eq(address[reach:].any()),
-                     read_in_range.eq(~far & (read_end <= self.mem_bytes))]
+        # What EXECUTE decides on, from registers: the request is complete a cycle (CHECK) before. Whether
+        # the payload's length suits the command is found a cycle after the length is in (`length_due`),
+        # before the first payload byte counts it down.
+        crc_ok, length_ok, length_due = Signal(), Signal(), Signal()
+        m.d.sync += length_due.eq(0)
+        with m.If(length_due):
+            with m.Switch(command):
+                for cmd, expected in protocol.PAYLOAD_LENGTHS.items():
+                    with m.Case(cmd):
+                        m.d.sync += length_ok.eq(length >= 4 if expected is None else length == expected)
+                with m.Default():
+                    m.d.sync += length_ok.eq(0)
 
         receiving = Signal()
-        # Where the payload's index stands, as flags registered every cycle: the index moves only as a
-        # byte is taken (or in states between bytes), and bytes come 10 bit times apart at least (the
+        # Where the payload stands, as flags registered every cycle: the index and the length move only as
+        # a byte is taken (or in states between bytes), and bytes come 10 bit times apart at least (the
         # compares and the sum reached the state and the index's enables: 10.9 ns on the 85F at 100 MHz).
         flags = ("in_header", "header_complete", "past_header", "last_payload", "at_length", "writing_mem",
                  "reading_mem")
         in_header, header_complete, past_header, last_payload, at_length, writing_mem, reading_mem = (
             Signal(name=n) for n in flags)
         m.d.sync += [in_header.eq(index < 6), header_complete.eq(index == 3), past_header.eq(index >= 4),
-                     last_payload.eq(index + 1 == length), at_length.eq(index == length),
+                     last_payload.eq(length == 1), at_length.eq(length == 0),
                      writing_mem.eq(command == Command.MEM_WRITE), reading_mem.eq(command == Command.MEM_READ)]
-        # Whether a MEM_WRITE of `length` bytes at `address` would leave the memory, in two register steps
-        # (the sums and the compare in one reached `beyond`: 12.1 ns on the 85F at 100 MHz).
-        last_byte = near + (length - 4)
-        write_end = Signal.like(last_byte)
-        beyond = Signal()
-        m.d.sync += [write_end.eq(last_byte), beyond.eq(far | (write_end > self.mem_bytes))]
+        # Whether the access would leave the memory: a MEM_WRITE's `length` data bytes (what is left once
+        # its address is in) or a MEM_READ's `count` from `address`, through one sum (its operand chosen by
+        # a register), in two register steps (the sum and the compare in one reached `beyond`: 11.8-12.1 ns
+        # on the 85F at 100 MHz, with a subtraction before a MEM_WRITE's sum then). Both are
+        # current when read: a MEM_WRITE's in WRITE_RANGE, a MEM_READ's by EXECUTE (CRC0, CRC1 and CHECK
+        # come after the header's last byte).
+        end = Signal.like(near + length)
+        far, beyond = Signal(), Signal()
+        m.d.sync += [end.eq(near + Mux(writing_mem, length, count)), far.eq(address[reach:].any()),
+                     beyond.eq(far | (end > self.mem_bytes))]
         with m.FSM() as fsm:
             with m.State("SYNC"):
                 m.d.comb += rx.ready.eq(1)
@@ -250,31 +270,30 @@ class HostBridge(wiring.Component):
                 m.d.comb += receiving.eq(1)
                 received("PAYLOAD")
                 with m.If(take):
-                    m.d.sync += length[8:].eq(byte)
+                    m.d.sync += [length[8:].eq(byte), length_due.eq(1)]
                     with m.If(Cat(length[:8], byte) == 0):
                         m.next = "CRC0"
             with m.State("PAYLOAD"):
                 m.d.comb += receiving.eq(1)
                 received("PAYLOAD")
                 with m.If(take):
-                    m.d.sync += index.eq(index + 1)
+                    m.d.sync += length.eq(length - 1)
                     with m.If(in_header):
-                        m.d.sync += [header_due.eq(1), header_slot.eq(index[:3])]
+                        m.d.sync += [index.eq(index + 1), header_due.eq(1), header_slot.eq(index)]
                     with m.If(last_payload):
                         m.next = "CRC0"
                     with m.If(writing_mem):
                         with m.If(header_complete):
                             m.next = "WRITE_HEADER"
                         with m.If(past_header & (refused == 0)):
-                            m.d.sync += [write_pending.eq(1), write_address.eq(near + index - 4),
-                                         write_data.eq(byte)]
+                            m.d.sync += write_pending.eq(1)
             # A MEM_WRITE's address is complete: refuse the whole write now if it cannot be done, in
             # states taking no byte (the sum and compare, at the byte's arrival, reached the refusal's
             # enable: 11.4 ns on the 85F at 100 MHz; then from registers, through the state, 10.7 ns).
             with m.State("WRITE_HEADER"):          # (the address's last byte enters the header)
                 m.d.comb += receiving.eq(1)
                 m.next = "WRITE_ADDRESS"
-            with m.State("WRITE_ADDRESS"):         # (`write_end` sums the whole address next cycle)
+            with m.State("WRITE_ADDRESS"):         # (`end` sums the whole address next cycle)
                 m.d.comb += receiving.eq(1)
                 m.next = "WRITE_END"
             with m.State("WRITE_END"):             # (and `beyond` compares it the cycle after)
@@ -322,7 +341,7 @@ class HostBridge(wiring.Component):
                 with m.Else():                          # MEM_READ
                     with m.If(self.run_busy):
                         reply(Status.BUSY)
-                    with m.Elif(~read_in_range):
+                    with m.Elif(beyond):
                         reply(Status.BAD_ADDRESS)
                     with m.Else():
                         reply(Status.OK, count)
@@ -350,9 +369,9 @@ class HostBridge(wiring.Component):
             with m.State("TX_STATUS"):
                 send(status, "TX_LENGTH0")
             with m.State("TX_LENGTH0"):
-                send(reply_length[:8], "TX_LENGTH1")
+                send(length[:8], "TX_LENGTH1")
             with m.State("TX_LENGTH1"):
-                send(reply_length[8:], "TX_PAYLOAD")
+                send(length[8:], "TX_PAYLOAD")
             with m.State("TX_PAYLOAD"):
                 with m.If(reply_end):
                     m.next = "TX_CRC0"
@@ -361,8 +380,8 @@ class HostBridge(wiring.Component):
                     with m.If(mem.ready):
                         m.next = "TX_MEMORY"
                 with m.Else():
-                    source = Mux(command == Command.INFO, info.word_select(index[:5], 8),
-                                 regs.rdata.word_select(index[:2], 8))
+                    source = Mux(command == Command.INFO, info_from_end.word_select(length[:5], 8),
+                                 rdata_from_end.word_select(length[:2], 8))
                     with m.If(send(source, "TX_PAYLOAD")):
                         sent_payload_byte()
             with m.State("TX_MEMORY"):
