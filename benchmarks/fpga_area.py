@@ -59,7 +59,7 @@ UNITS = {
                                                         addr_width=aw),
     "compute.core": lambda cfg, aw, board: core_for(cfg),
     "store": lambda cfg, aw, board: StoreUnit(cfg, addr_width=aw),
-    "regs": lambda cfg, aw, board: RegisterFile(direct_writes=cfg.slow_clock),
+    "regs": lambda cfg, aw, board: RegisterFile(direct=cfg.slow_clock),
     "reader": lambda cfg, aw, board: RowReader(addr_width=aw, data_width=cfg.dram_bus_width, lean=cfg.lean,
                                                      timing_registers=not cfg.slow_clock),
     "accelerator": lambda cfg, aw, board: Accelerator(cfg, addr_width=aw),

@@ -21,7 +21,7 @@ from .padded_load import LoadRequest
 from .pipe import pipe
 from .sequencer import CommandSignature, Sequencer, TokenPort
 from .sram import (acc_granularity, alu_granularity, load_granularity, never_reads_while_written, sram_addr_bits,
-                   sram_shape)
+                   sram_rows, sram_shape)
 
 __all__ = ["ComputeUnit"]
 
@@ -72,7 +72,7 @@ class ComputeUnit(wiring.Component):
             "acc_for_store_free": Out(1),
             "dma": Out(LoadRequest(cfg)),
             "uop_load": Out(WritePort.Signature(addr_width=cfg.index_bits("uop"), shape=sram_shape(cfg, "uop"))),
-            "acc_load": Out(WritePort.Signature(addr_width=cfg.index_bits("acc"), shape=sram_shape(cfg, "acc"),
+            "acc_load": Out(WritePort.Signature(addr_width=sram_addr_bits(cfg, "acc"), shape=sram_shape(cfg, "acc"),
                                                 granularity=load_granularity(cfg, "acc"))),
             "protocol_ok": In(1),
             "halt": In(1),
@@ -96,12 +96,12 @@ class ComputeUnit(wiring.Component):
 
         # -- memories ------------------------------------------------------------
         m.submodules.uop_mem = uop_mem = Memory(shape=sram_shape(c, "uop"), depth=c.uop_depth, init=[])
-        m.submodules.acc_mem = acc_mem = Memory(shape=sram_shape(c, "acc"), depth=c.acc_depth, init=[])
+        m.submodules.acc_mem = acc_mem = Memory(shape=sram_shape(c, "acc"), depth=sram_rows(c, "acc"), init=[])
         uop_w = uop_mem.write_port()
         uop_r = uop_mem.read_port()
         never_reads_while_written(uop_mem)          # (LOAD UOP and the core take turns)
         acc_w = acc_mem.write_port(granularity=acc_granularity(c))
-        # (The serial core reads no row while it writes one: its port needs no transparency.)
+        # (The serial core reads no row in a cycle it writes it: its port needs no transparency.)
         acc_ra = acc_mem.read_port(transparent_for=() if c.serial_core else (acc_w,))
         # (the ALU's second port, unless it reads both rows through the first)
         acc_rb = None if alu_reads_one_port(c) else acc_mem.read_port(transparent_for=(acc_w,))

@@ -307,7 +307,7 @@ class ComputeCore(wiring.Component):
             **({} if alu_reads_one_port(cfg) else {"acc_read_b": port(ReadPort, "acc")}),
             "acc_write": port(WritePort, "acc", granularity=acc_granularity(cfg)),
             "out_write": port(WritePort, "out", granularity=alu_granularity(cfg)),
-            "acc_load": Out(WritePort.Signature(addr_width=cfg.index_bits("acc"), shape=self.acc_shape,
+            "acc_load": Out(WritePort.Signature(addr_width=sram_addr_bits(cfg, "acc"), shape=self.acc_shape,
                                                 granularity=load_granularity(cfg, "acc"))),
             "acc_loading": In(1),
         })

@@ -13,7 +13,7 @@ from .dma import ElementPacker, ReadClient
 from .dsp import is_small_fpga
 from .pipe import pipe, replicas
 from .register_slice import SkidBuffer
-from .sram import acc_loads_by_lane, load_granularity, sram_addr_bits, sram_shape, wgt_rows_by_lane
+from .sram import acc_loads_by_lane, acc_rows_by_lane, load_granularity, sram_addr_bits, sram_shape, wgt_rows_by_lane
 from .transfer_check import MAX_EXTENT, TransferCheck
 
 __all__ = ["PaddedLoad", "LoadRequest", "LoadShare", "one_of"]
@@ -44,8 +44,9 @@ class PaddedLoad(wiring.Component):
     """Executes the LOADs of one stream, whatever their memory type.
 
     Writes ``(y_pad0 + y_size + y_pad1) × (x_pad0 + x_size + x_pad1)``
-    consecutive SRAM entries from ``sram_base``, one per cycle (a weight
-    entry of ``block_out`` rows with ``wgt_rows_by_lane``, a row per cycle):
+    consecutive SRAM entries from ``sram_base``, one per cycle (an entry of
+    several rows, a row per cycle: a weight entry's ``block_out`` with
+    ``wgt_rows_by_lane``, an accumulator entry's lanes with ``acc_rows_by_lane``):
     zeros in the padding, DRAM elements in the data rectangle (row ``r`` from element
     ``dram_base + r·x_stride``). A rectangle that leaves the buffer stops
     with ``SRAM_RANGE`` before anything moves; a DRAM address beyond the bus
@@ -127,8 +128,10 @@ class PaddedLoad(wiring.Component):
         # with `acc_loads_by_lane` an ACC8 element's bytes, a lane each, from its beat (a beat each: the bus
         # is one accumulator wide), taken as its last byte is written.
         by_lane = {mt: mt == MemType.ACC8 and acc_loads_by_lane(self.cfg) for mt in types}
-        # With `wgt_rows_by_lane` a WGT entry is `block_out` rows, a beat each, and so is a padded one (zeros).
-        by_rows = {mt: mt == MemType.WGT and wgt_rows_by_lane(self.cfg) for mt in types}
+        # With `wgt_rows_by_lane` a WGT entry is `block_out` rows, a beat each, and with `acc_rows_by_lane` an
+        # ACC or ACC8 entry a row a lane (its slices, or its bytes): a padded one too (zeros).
+        by_rows = {mt: (mt == MemType.WGT and wgt_rows_by_lane(self.cfg))
+                   or (mt in (MemType.ACC, MemType.ACC8) and acc_rows_by_lane(self.cfg)) for mt in types}
         slices = [self.acc_lanes[0] if by_lane[mt] else max(1, self.elem_bytes[mt] // B) for mt in types]
 
         def per_type(values, one_hot=selected):
@@ -180,9 +183,12 @@ class PaddedLoad(wiring.Component):
         # the data. The flags change where a counter meets a bound registered at start, so the write
         # path compares counters with registers only (no adders, no ordered compares).
         # (all set when an instruction starts and read only while it runs: no reset)
-        r, c = Signal.like(rows, reset_less=True), Signal.like(cols, reset_less=True)
+        # The walk runs only once the check has passed: its rows·cols entries fit the buffer, so every row and
+        # column index, bound and count of elements below is as narrow as an entry's index (and a bit).
+        walk_bits = self.index_bits + 1
+        r, c = Signal(walk_bits, reset_less=True), Signal(walk_bits, reset_less=True)
         row_in, col_in = (Signal(reset_less=True, name=n) for n in ("row_in", "col_in"))
-        bound = {name: Signal.like(rows, name=name, reset_less=True)
+        bound = {name: Signal(walk_bits, name=name, reset_less=True)
                  for name in ("r_enter", "r_leave", "r_penult", "c_enter", "c_leave", "c_penult")}
         # Whether r (c) is the last row (column), kept beside it: the end of a row or of the rectangle is
         # then a flag, not a compare, on the path that steps the walk.
@@ -220,7 +226,7 @@ class PaddedLoad(wiring.Component):
             in_rows = uses(lambda mt: by_rows[mt])
             steps_part = write_now & (in_data | in_rows)
             entry_done = write_now & ((~in_data & ~in_rows) | last_part)
-        elements = Signal(2 * isa.SIZE_BITS, reset_less=True)       # DRAM elements written so far
+        elements = Signal(walk_bits, reset_less=True)       # DRAM elements written so far
         beat_done = in_data             # (the walk is done with the element or beat it writes from)
         if any(by_lane.values()):       # (an ACC8 beat by lane stays until its last byte is written)
             beat_done = in_data & (~uses(lambda mt: by_lane[mt]) | last_part)
@@ -244,6 +250,10 @@ class PaddedLoad(wiring.Component):
         w_whole = Signal(reset_less=True)              # the whole entry (padding, or an element that fits a beat)
         m.d.sync += [w_en.eq(write_now), w_selected.eq(moving), w_part.eq(part), w_word.eq(word),
                      w_whole.eq(~in_data | one_part)]
+
+        def written(mt):
+            """What a write of a slice (or with `acc_loads_by_lane` a byte's lane) of ``mt`` carries."""
+            return self._entry(mt, w_word.word_select(w_part, 8) if by_lane[mt] else w_word)
         for n, b in enumerate(self.buffers):
             port = getattr(self, f"write_{b}")
             port_slices = len(port.en)
@@ -255,10 +265,11 @@ class PaddedLoad(wiring.Component):
             w_from = Signal(len(mine), name=f"w_from_{b}", reset_less=True)
             m.d.sync += w_from.eq(Cat(moving[k] & in_data for k in mine))
             row_bits = len(port.addr) - self.cfg.index_bits(b)     # (an entry of rows: its slice's row)
-            if row_bits:            # (a row a write, `wgt_rows_by_lane`: the address picks the slice)
+            if row_bits:            # (a row a write, `wgt_rows_by_lane`, `acc_rows_by_lane`: the address picks it)
+                row_data = [written(types[k]) for k in mine]
                 m.d.comb += [port.addr.eq(Cat(w_part[:row_bits], w_addrs[n % copies])),
-                             port.data.eq(one_of(w_from, [w_word])),
-                             port.en.eq(w_en & w_selected[mine[0]])]
+                             port.data.eq(one_of(w_from, row_data)),
+                             port.en.eq(w_en & Cat(w_selected[k] for k in mine).any())]
                 continue
             datas, masks = [], []
             for k in mine:
@@ -268,7 +279,7 @@ class PaddedLoad(wiring.Component):
                     datas.append(self._entry(mt, w_word[:E * 8]))
                     masks.append((1 << port_slices) - 1)
                 else:            # slices: the beat (or the byte's lane) goes to every slice, the mask picks one
-                    entry = self._entry(mt, w_word.word_select(w_part, 8) if by_lane[mt] else w_word)
+                    entry = written(mt)
                     datas.append(entry.replicate(len(port.data.as_value()) // len(entry)))
                     per_slice = port_slices // slices[k]
                     masks.append(Mux(w_whole, (1 << port_slices) - 1, ((1 << per_slice) - 1) << (w_part * per_slice)))

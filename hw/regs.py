@@ -131,12 +131,13 @@ class RegisterFile(wiring.Component):
     status, error_index, fingerprint : In(32)
     counters : In(32) each, named as in :data:`COUNTERS`
 
-    ``direct_writes`` writes a register in the cycle AW and W are taken, from the bus (a slow clock's:
-    no registers for the request, and B a cycle sooner).
+    ``direct`` (for a slow clock) writes a register in the cycle AW and W are taken, from the bus (no
+    registers for the request, and B a cycle sooner), and answers a read from one multiplexer of every
+    register in the cycle after AR (no registered groups: R two cycles sooner).
     """
 
-    def __init__(self, *, direct_writes=False):
-        self.direct_writes = direct_writes
+    def __init__(self, *, direct=False):
+        self.direct = direct
         members = {"bus": In(AxiLiteSignature(addr_width=ADDR_WIDTH)), "start": Out(1),
                    "insn_addr": Out(32), "insn_count": Out(32),
                    "status": In(32), "error_index": In(32), "fingerprint": In(32)}
@@ -151,14 +152,14 @@ class RegisterFile(wiring.Component):
         # 100 MHz the host bridge's state did, 11.1 ns).
         b_pending, w_due = Signal(), Signal()          # (w_due: the write is applied this cycle)
         take_write = bus.awvalid & bus.wvalid & ~b_pending
-        if not self.direct_writes:      # (not while the last write is applied)
+        if not self.direct:      # (not while the last write is applied)
             take_write &= ~w_due
         starts = bus.wdata[CONTROL_START_BIT] & bus.wstrb[CONTROL_START_BIT // 8]
         m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write), bus.bvalid.eq(b_pending),
                      bus.bresp.eq(RESP_OKAY)]
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += b_pending.eq(0)
-        if self.direct_writes:
+        if self.direct:
             w_offset, w_data, w_starts = bus.awaddr[2:], bus.wdata, starts
             m.d.comb += w_due.eq(take_write)
         else:
@@ -179,6 +180,20 @@ class RegisterFile(wiring.Component):
                             m.d.comb += self.start.eq(w_starts)
                         else:           # insn_addr, insn_count
                             m.d.sync += getattr(self, reg.name).eq(w_data)
+        readable = [reg for reg in REGISTERS if "r" in reg.access]
+        r_pending = Signal()
+        m.d.comb += [bus.rvalid.eq(r_pending), bus.rresp.eq(RESP_OKAY)]
+        with m.If(bus.rvalid & bus.rready):
+            m.d.sync += r_pending.eq(0)
+        if self.direct:
+            m.d.comb += bus.arready.eq(~r_pending)
+            with m.If(bus.arvalid & bus.arready):
+                m.d.sync += [r_pending.eq(1), bus.rdata.eq(0)]
+                with m.Switch(bus.araddr[2:]):
+                    for reg in readable:
+                        with m.Case(reg.offset >> 2):
+                            m.d.sync += bus.rdata.eq(getattr(self, reg.name))
+            return m
         # Reads: one register per request, chosen in two registered steps (the 30 readable registers
         # sit all over the die, beside the counters and the datapath they read: one multiplexer of them
         # all was 13-14 ns on the 85F). The request's address is registered as it is taken; then each
@@ -186,15 +201,11 @@ class RegisterFile(wiring.Component):
         # after (a register nobody reads answers 0).
         r_offset = Signal(len(bus.araddr) - 2, reset_less=True)
         r_step = Signal(range(3))       # 1: narrowing each group, 2: choosing among them
-        r_pending = Signal()
         groups = {}
-        for reg in REGISTERS:
-            if "r" in reg.access:
-                groups.setdefault(reg.offset >> 4, []).append(reg)
+        for reg in readable:
+            groups.setdefault(reg.offset >> 4, []).append(reg)
         narrowed = {g: Signal(32, name=f"r_group_{g}", reset_less=True) for g in groups}
-        m.d.comb += [bus.arready.eq((r_step == 0) & ~r_pending), bus.rvalid.eq(r_pending), bus.rresp.eq(RESP_OKAY)]
-        with m.If(bus.rvalid & bus.rready):
-            m.d.sync += r_pending.eq(0)
+        m.d.comb += bus.arready.eq((r_step == 0) & ~r_pending)
         with m.If(bus.arvalid & bus.arready):
             m.d.sync += [r_step.eq(1), r_offset.eq(bus.araddr[2:])]
         with m.If(r_step == 1):

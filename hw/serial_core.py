@@ -8,18 +8,20 @@ flight and the forwarding and hazard logic between them, this one walks
 each micro-op to its end before it takes the next::
 
     NEXT   micro-op read (the loops step)
-    INDEX  indices and range check; GEMM: the inp, wgt and acc[dst] rows read
+    INDEX  indices and range check; GEMM: the inp, wgt (and acc[dst]) rows read
     GEMM   a lane a cycle into products · tree levels · acc += sum → write register
     ALU    per lane: acc[src] read (not with an immediate) · acc[dst] read · op in one adder (a cycle;
            SHR a bit a cycle, MUL a partial product a cycle) · result → write register · written
 
 The rows a micro-op reads stay on the read ports' outputs (their enables
 are off until the next read), a lane is chosen from them by multiplexers
-(a lane's weights are a row of their own with ``wgt_rows_by_lane``),
-and each result is written into its lane alone (the ALU's one-lane write
-granularity: ``serial_core`` asks for ``vector_lanes = 1``). No row is read
-while a write is in flight, so the accumulator's read port needs no
-transparency and a micro-op sees every write before it. A GEMM micro-op takes
+(a lane's weights are a row of their own with ``wgt_rows_by_lane``; with
+``acc_rows_by_lane`` so is a lane's accumulator, a GEMM reading it the
+cycle before its sum leaves the tree), and each result is written into its
+lane alone (the ALU's one-lane write granularity: ``serial_core`` asks for
+``vector_lanes = 1``). No row is read in a cycle it is written, and a
+micro-op starts once the last one's writes are in, so the accumulator's read
+port needs no transparency and a micro-op sees every write before it. A GEMM micro-op takes
 ``batch·block_out`` cycles for its lanes, two for the micro-op's reads, the products'
 and the tree's latency (2 + log2(block_in)) and two to drain; an ALU micro-op two, and
 six cycles a lane (five with an immediate; a shift by n > 1 bits n - 1 more, MUL
@@ -36,7 +38,7 @@ from .core import (ComputeCore, LoopGenerator, adder_tree, alu_reads_one_port, i
                    product_registers_reset_less, saturating_step, uop_range_bad)
 from .dsp import ICE40_PAIR_OPERAND_BITS, ice40_product_pair, is_ice40
 from .pipe import pipe
-from .sram import acc_loads_by_lane, wgt_rows_by_lane, widened
+from .sram import acc_loads_by_lane, acc_rows_by_lane, wgt_rows_by_lane, widened
 
 __all__ = ["SerialCore", "core_for"]
 
@@ -87,7 +89,9 @@ class SerialCore(ComputeCore):
         m.d.comb += self.uop_read.addr.eq(loops.out.u)
         dst, src, wgt = (Signal(len(loops.out[n]) + 1, name=n) for n in ("dst", "src", "wgt"))
         m.d.comb += [dst.eq(uop.dst + s1.dst), src.eq(uop.src + s1.src), wgt.eq(uop.wgt + s1.wgt)]
-        acc_bits = len(self.acc_write.addr)
+        # With `acc_rows_by_lane` an accumulator row is a lane: its address is the entry's above the lane's.
+        acc_rows = acc_rows_by_lane(c)
+        entry_bits = c.index_bits("acc")
         out_of_range = index_out_of_range(c, dst, src, wgt, is_gemm=is_gemm, reset=gemm.reset, use_imm=alu.use_imm)
 
         # -- lanes: `lane` counts b·block_out + o ----------------------------------------------
@@ -99,6 +103,10 @@ class SerialCore(ComputeCore):
             return row.as_value().word_select(k, bits).as_signed()
         acc_port = self.acc_read_a
 
+        def acc_row(entry, k):
+            """The accumulator row of lane ``k`` of ``entry`` (the entry's, when a row holds it whole)."""
+            return Cat(k, entry[:entry_bits]) if acc_rows else entry[:entry_bits]
+
         # -- the write register: a lane of the core's, or a LOAD's writes (`acc_loading`, a cycle late) --
         result = Signal(signed(width))          # the lane written (valid with `write_lane`)
         write_lane = Signal()
@@ -108,20 +116,26 @@ class SerialCore(ComputeCore):
         write = Signal(len(self.out_write.en))      # OUT's enables: the lane's (the row's, with one lane)
         m.d.comb += write.eq(Mux(write_lane, C(1, len(write)) << result_lane, 0))
         wr_en = pipe(m, write, "wr_en")
-        wr_acc_en = pipe(m, Mux(loading, widened(load.en, len(self.acc_write.en) // len(load.en)),
-                                widened(write, len(self.acc_write.en) // len(write))), "wr_acc_en")
-        wr_dst = pipe(m, Mux(loading, load.addr, dst[:acc_bits]), "wr_dst", data=True)
-        if acc_loads_by_lane(c):       # (a LOAD's lane on every lane too: one lane's multiplexer)
+        if acc_rows:                    # (the lane's row)
+            wr_acc_en = pipe(m, Mux(loading, load.en, write_lane), "wr_acc_en")
+        else:
+            wr_acc_en = pipe(m, Mux(loading, widened(load.en, len(self.acc_write.en) // len(load.en)),
+                                    widened(write, len(self.acc_write.en) // len(write))), "wr_acc_en")
+        wr_dst = pipe(m, Mux(loading, load.addr, acc_row(dst, result_lane)), "wr_dst", data=True)
+        if acc_rows:
+            wr_data = pipe(m, Mux(loading, load.data.as_value(), result.as_unsigned()), "wr_data", data=True)
+        elif acc_loads_by_lane(c):       # (a LOAD's lane on every lane too: one lane's multiplexer)
             wr_data = pipe(m, Mux(loading, load.data.as_value()[:width], result.as_unsigned()), "wr_data",
                            data=True).replicate(lanes)
         else:
             wr_data = pipe(m, Mux(loading, load.data.as_value(), result.replicate(lanes)), "wr_data", data=True)
         m.d.comb += [
             self.acc_write.addr.eq(wr_dst), self.acc_write.data.eq(wr_data), self.acc_write.en.eq(wr_acc_en),
-            self.out_write.addr.eq(wr_dst), self.out_write.en.eq(wr_en),
+            self.out_write.addr.eq(wr_dst[-entry_bits:]), self.out_write.en.eq(wr_en),
         ]
         for k in range(lanes):
-            m.d.comb += self.out_write.data[k].eq(wr_data.word_select(k, width)[:c.out_width])
+            lane_data = wr_data if acc_rows else wr_data.word_select(k, width)
+            m.d.comb += self.out_write.data[k].eq(lane_data[:c.out_width])
 
         # -- GEMM: a lane a cycle into the products, the tree, the accumulate --------------------
         # (lanes are b·block_out + o, block_out a power of two: b and o are the lane's bits)
@@ -155,8 +169,12 @@ class SerialCore(ComputeCore):
             flight.append((pipe(m, flight[-1][0], f"g_valid_{n}"), pipe(m, flight[-1][1], f"g_lane_{n}", data=True)))
         g_valid, g_lane = flight[-1]
         # The accumulator row's lane: the GEMM's sum leaving the tree adds to it, an ALU lane reads it (one
-        # multiplexer for both: no ALU lane runs while sums leave the tree)
-        row_lane = lane_of(acc_port.data, Mux(g_valid, g_lane, lane), width)
+        # multiplexer for both: no ALU lane runs while sums leave the tree). With `acc_rows_by_lane` the row
+        # is the lane, a GEMM's read as the lane's products enter the tree's last level (below).
+        if acc_rows:
+            row_lane = acc_port.data.as_value().as_signed()
+        else:
+            row_lane = lane_of(acc_port.data, Mux(g_valid, g_lane, lane), width)
         g_busy = Cat(v for v, _ in flight[1:]).any() | wr_en.any()       # a lane of it yet to be written
         clear = gemm.reset | gemm.overwrite
         g_result = Mux(clear, 0, row_lane) + Mux(gemm.reset, 0, total)
@@ -197,7 +215,9 @@ class SerialCore(ComputeCore):
                 with m.Elif(is_gemm):
                     m.d.comb += [self.inp_read.addr.eq(src), self.inp_read.en.eq(1),
                                  self.wgt_read.addr.eq(Cat(C(0, o_bits), wgt) if by_rows else wgt),
-                                 self.wgt_read.en.eq(1), acc_port.addr.eq(dst), acc_port.en.eq(1)]
+                                 self.wgt_read.en.eq(1)]
+                    if not acc_rows:
+                        m.d.comb += [acc_port.addr.eq(dst), acc_port.en.eq(1)]
                     m.next = "GEMM"
                 with m.Else():
                     alu_lane_next()
@@ -215,11 +235,11 @@ class SerialCore(ComputeCore):
             # An ALU lane: its source row read (not with an immediate), then its destination row; the rows
             # are read anew for each lane, one port holding one row.
             with m.State("ALU_SRC"):
-                m.d.comb += [acc_port.addr.eq(src), acc_port.en.eq(1)]
+                m.d.comb += [acc_port.addr.eq(acc_row(src, lane)), acc_port.en.eq(1)]
                 m.next = "ALU_DST"
             with m.State("ALU_DST"):
                 alu_unit.take_b(Mux(alu.use_imm, alu.imm, row_lane))
-                m.d.comb += [acc_port.addr.eq(dst), acc_port.en.eq(1)]
+                m.d.comb += [acc_port.addr.eq(acc_row(dst, lane)), acc_port.en.eq(1)]
                 m.next = "ALU_OPERANDS"
             with m.State("ALU_OPERANDS"):
                 alu_unit.take_a(row_lane)
@@ -237,6 +257,10 @@ class SerialCore(ComputeCore):
                     m.next = "NEXT"
                 with m.Else():
                     alu_lane_next()
+        if acc_rows:        # (a lane's row is read the cycle before its sum leaves the tree)
+            reading, read_lane = flight[-2]
+            with m.If(reading):
+                m.d.comb += [acc_port.addr.eq(acc_row(dst, read_lane)), acc_port.en.eq(1)]
         # The GEMM's sums leave the tree into the write register whatever the state: a lane a cycle.
         with m.If(g_valid):
             m.d.comb += [write_lane.eq(1), result.eq(g_result), result_lane.eq(g_lane)]
@@ -312,11 +336,14 @@ class _SerialAlu:
 class _SerialLoops(LoopGenerator):
     """:class:`~tilewright.hw.core.LoopGenerator`'s walk in less logic, for the serial core, which steps it
     once a micro-op (several cycles) at the most: whether each counter is at its last value is a compare
-    with the instruction's bound, not a flag kept beside it, and emptiness is decided as the walk starts."""
+    (the micro-op's with the instruction's bound, the iterations' with 1 as they count down), not a flag
+    kept beside it, and emptiness is decided as the walk starts."""
 
     def elaborate(self, platform):
         m = Module()
         # (set at `start`, read only while running: no reset)
+        # The outer and inner iterations left, the current one included: the last is a compare with 1,
+        # not a sum and a compare with the bound.
         o, i = Signal(isa.LOOP_BITS, reset_less=True), Signal(isa.LOOP_BITS, reset_less=True)
         u = Signal(self.uop_bits + 1, reset_less=True)
         names = tuple(self.index_bits)
@@ -324,13 +351,13 @@ class _SerialLoops(LoopGenerator):
         off = [Signal(self.index_bits[n] + 1, name=f"off_{n}", reset_less=True) for n in names]     # + i·f_in
         f_out, f_in = ([self.factors[f"{n}_{level}"] for n in names] for level in ("out", "in"))
         running = Signal()
-        last_u, last_i, last_o = u + 1 == self.uop_end, i + 1 == self.iter_in, o + 1 == self.iter_out
+        last_u, last_i, last_o = u + 1 == self.uop_end, i == 1, o == 1
         m.d.comb += [self.valid.eq(running), self.busy.eq(running), self.out.u.eq(u),
                      self.out.last.eq(last_u & last_i & last_o)]
         m.d.comb += [getattr(self.out, n).eq(off[k]) for k, n in enumerate(names)]
         empty = (self.uop_end <= self.uop_bgn) | (self.iter_out == 0) | (self.iter_in == 0)
         with m.If(self.start):
-            m.d.sync += [running.eq(~empty & ~self.skip), o.eq(0), i.eq(0), u.eq(self.uop_bgn)]
+            m.d.sync += [running.eq(~empty & ~self.skip), o.eq(self.iter_out), i.eq(self.iter_in), u.eq(self.uop_bgn)]
             m.d.sync += [s.eq(0) for s in base + off]
         with m.Elif(running & ~self.hold):
             with m.If(self.stop | self.out.last):
@@ -338,10 +365,10 @@ class _SerialLoops(LoopGenerator):
             with m.If(~last_u):
                 m.d.sync += u.eq(u + 1)
             with m.Elif(~last_i):
-                m.d.sync += [u.eq(self.uop_bgn), i.eq(i + 1)]
+                m.d.sync += [u.eq(self.uop_bgn), i.eq(i - 1)]
                 m.d.sync += [off[k].eq(saturating_step(off[k], f_in[k])) for k in range(len(names))]
             with m.Else():
-                m.d.sync += [u.eq(self.uop_bgn), i.eq(0), o.eq(o + 1)]
+                m.d.sync += [u.eq(self.uop_bgn), i.eq(self.iter_in), o.eq(o - 1)]
                 m.d.sync += [base[k].eq(saturating_step(base[k], f_out[k])) for k in range(len(names))]
                 m.d.sync += [off[k].eq(saturating_step(base[k], f_out[k])) for k in range(len(names))]
         return m

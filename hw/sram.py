@@ -7,7 +7,7 @@ from amaranth.lib import data
 
 from tilewright import isa
 
-__all__ = ["sram_shape", "sram_rows", "sram_addr_bits", "wgt_rows_by_lane", "load_slices", "load_granularity",
+__all__ = ["sram_shape", "sram_rows", "sram_addr_bits", "wgt_rows_by_lane", "acc_rows_by_lane", "load_slices", "load_granularity",
            "alu_granularity", "acc_granularity", "acc_loads_by_lane", "widened", "never_reads_while_written",
            "NO_RW_CHECK"]
 
@@ -24,9 +24,23 @@ def wgt_rows_by_lane(cfg):
     return cfg.serial_core and cfg.block_out > 1 and cfg.dram_bus_width == cfg.block_in * cfg.wgt_width
 
 
+def acc_rows_by_lane(cfg):
+    """Whether the accumulators' SRAM holds one lane a row, an entry's lanes in consecutive rows (row
+    ``entry·lanes + lane``): where LOADs write them a lane at a time anyway (:func:`acc_loads_by_lane`)
+    and no STORE reads whole entries (no ``requant_store``). The serial core then reads and writes the
+    lane it works on by its address, with no multiplexer to pick it from an entry or enables to pick
+    it in one (the block RAMs are as many: a 32-bit row is two of them at any depth up to 256)."""
+    return acc_loads_by_lane(cfg) and not cfg.requant_store and cfg.lanes("acc")[0] > 1
+
+
 def _rows_per_entry(cfg, mem):
-    """Rows of SRAM ``mem`` an entry takes: ``block_out`` for the weights with :func:`wgt_rows_by_lane`, else 1."""
-    return cfg.block_out if mem == "wgt" and wgt_rows_by_lane(cfg) else 1
+    """Rows of SRAM ``mem`` an entry takes: ``block_out`` for the weights with :func:`wgt_rows_by_lane`, the
+    entry's lanes for the accumulators with :func:`acc_rows_by_lane`, else 1."""
+    if mem == "wgt" and wgt_rows_by_lane(cfg):
+        return cfg.block_out
+    if mem == "acc" and acc_rows_by_lane(cfg):
+        return cfg.lanes("acc")[0]
+    return 1
 
 
 def sram_shape(cfg, mem):
@@ -34,7 +48,7 @@ def sram_shape(cfg, mem):
 
     Lanes are ordered as in DRAM: inp ``b·block_in + k``, wgt ``o·block_in + k``,
     acc and out ``b·block_out + o``. A row is an entry, or with :func:`wgt_rows_by_lane` a weight
-    entry's ``block_in`` lanes of one ``o``.
+    entry's ``block_in`` lanes of one ``o``, or with :func:`acc_rows_by_lane` one accumulator lane.
     """
     if mem == "uop":
         return isa.uop_layout(cfg)
@@ -43,13 +57,15 @@ def sram_shape(cfg, mem):
 
 
 def sram_rows(cfg, mem):
-    """Rows of SRAM ``mem``: its entries, or ``block_out`` rows an entry (:func:`wgt_rows_by_lane`)."""
+    """Rows of SRAM ``mem``: its entries, or several rows an entry (:func:`wgt_rows_by_lane`,
+    :func:`acc_rows_by_lane`)."""
     return cfg.depth(mem) * _rows_per_entry(cfg, mem)
 
 
 def sram_addr_bits(cfg, mem):
-    """Bits of a row address of SRAM ``mem`` (an entry's index, or with :func:`wgt_rows_by_lane` the
-    entry's index above log2(block_out) bits of ``o``)."""
+    """Bits of a row address of SRAM ``mem``: an entry's index, or with several rows an entry the entry's
+    index above the bits of its row (``o`` with :func:`wgt_rows_by_lane`, the lane with
+    :func:`acc_rows_by_lane`)."""
     return cfg.index_bits(mem) + (_rows_per_entry(cfg, mem) - 1).bit_length()
 
 
@@ -80,6 +96,8 @@ def alu_granularity(cfg):
 def acc_granularity(cfg):
     """The granularity, in lanes, of the accumulator SRAM's write port: fine enough for a LOAD's slices and
     the ALU's (None: whole entries)."""
+    if acc_rows_by_lane(cfg):
+        return None             # (a lane a row)
     lanes = cfg.lanes("acc")[0]
     granularity = math.gcd(load_granularity(cfg, "acc") or lanes, alu_granularity(cfg) or lanes)
     return None if granularity == lanes else granularity

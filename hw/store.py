@@ -99,7 +99,7 @@ class StoreUnit(wiring.Component):
         # Data registers (read only beside a valid bit or in the state that sets them) are not reset
         # at the start of a run.
         addr = Signal(c.index_bits("out") + 1, reset_less=True)
-        left = Signal(32, reset_less=True)
+        left = Signal.like(addr, reset_less=True)      # (a checked STORE's elements fit the buffer)
         issue = Signal()
         # Whether `left` is 0, kept beside it (on the 85F at 100 MHz the 32-bit compare reached the
         # registers `issue` enables)

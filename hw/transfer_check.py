@@ -10,20 +10,38 @@ does every sum and compare in that one adder too, a step a cycle (for a
 slow clock: a third less logic, a few cycles more).
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright import isa
 from tilewright.isa import ERROR_BITS, ErrorCode
 
-__all__ = ["TransferCheck"]
+__all__ = ["TransferCheck", "check_width", "dram_base_folded"]
 
 #: Width of the guarded range's bounds, in elements (as ``dram_end``'s).
 GUARD_BITS = isa.DRAM_ADDR_BITS + 2
 
 #: Most rows or columns a LOAD writes: the padding on both sides plus the data.
 MAX_EXTENT = 2 * ((1 << isa.PAD_BITS) - 1) + (1 << isa.SIZE_BITS)
+
+
+def check_width(*, sram_bits, limit_bits):
+    """Bits a :class:`TransferCheck` computes in: a value at or above ``2**width`` is out of every range,
+    so ``width`` bits and an overflow bit hold any of them."""
+    return max(limit_bits, sram_bits + 1) + 1
+
+
+def dram_base_folded(word, layout, keep):
+    """Instruction ``word`` (``layout``: a LOAD's or a STORE's) with ``dram_base``'s bits from ``keep`` up
+    replaced by whether any is set, in bit ``keep`` (the others 0). A :class:`TransferCheck` of width
+    ``keep`` or less (:func:`check_width`) decides the same on it; the DMA reads ``dram_base`` only once
+    the check has passed, when those bits are 0 anyway. A queue holding it needs fewer flip-flops."""
+    field = layout["dram_base"]
+    low, high = field.offset + keep, field.offset + field.width
+    if keep + 1 >= field.width:
+        return word
+    return Cat(word[:low], word[low:high].any(), C(0, high - low - 1), word[high:])
 
 
 class TransferCheck(wiring.Component):
@@ -83,7 +101,7 @@ class TransferCheck(wiring.Component):
         self.serial, self.guarded, self.compact = serial or compact, guarded, compact
         self.product_bits = 2 * MAX_EXTENT.bit_length()
         # Values at or above 2**width are only ever out of range: `width` bits and an overflow bit hold them.
-        self.width = max(limit_bits, sram_bits + 1) + 1
+        self.width = check_width(sram_bits=sram_bits, limit_bits=limit_bits)
         members = {
             "start": In(1),
             "sram_base": In(sram_bits), "rows": In(range(MAX_EXTENT)), "cols": In(range(MAX_EXTENT)),

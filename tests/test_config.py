@@ -135,3 +135,10 @@ def test_queue_depths_have_an_upper_bound(key):
     assert getattr(HwConfig(**{key: 4096}), key) == 4096
     with pytest.raises(ConfigError, match=f"{key}=8192 is more than 4096"):
         HwConfig(**{key: 8192})
+
+
+def test_the_board_config_examples_spell_out_their_presets():
+    """``examples/boards/tiny_serial.toml`` is the iCEBreaker's preset written as a config file."""
+    from pathlib import Path
+    example = Path(__file__).parents[1] / "examples" / "boards" / "tiny_serial.toml"
+    assert load_config(str(example)).replace(name="tiny_serial") == PRESETS["tiny_serial"]

@@ -349,6 +349,11 @@ _SMALL = HwConfig(
     uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=32 * 1024,
     acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64)
 
+_TINY = HwConfig(
+    name="tiny", batch=1, block_in=4, block_out=4,
+    uop_buffer_bytes=2048, inp_buffer_bytes=1024, wgt_buffer_bytes=2048, acc_buffer_bytes=4096,
+    token_queue_depth=16, cmd_queue_depth=16, dram_bus_width=32)
+
 PRESETS = {
     # One product a cycle in the least logic: one ALU lane, no performance counters, the lean DMA and range
     # checks, no requantizing STORE (the ALU requantizes), shallow queues and small buffers. It fits the
@@ -358,10 +363,13 @@ PRESETS = {
         uop_buffer_bytes=512, inp_buffer_bytes=1024, wgt_buffer_bytes=2048, acc_buffer_bytes=1024,
         token_queue_depth=4, cmd_queue_depth=2, dram_bus_width=32,
         vector_lanes=1, perf_counters=False, lean=True, requant_store=False),
-    "tiny": HwConfig(
-        name="tiny", batch=1, block_in=4, block_out=4,
-        uop_buffer_bytes=2048, inp_buffer_bytes=1024, wgt_buffer_bytes=2048, acc_buffer_bytes=4096,
-        token_queue_depth=16, cmd_queue_depth=16, dram_bus_width=32),
+    "tiny": _TINY,
+    # `tiny` on the whole diet, for the iCEBreaker's UP5K (5,280 logic cells, 30 block RAMs): the serial core
+    # (GEMM and ALU a lane at a time), one instruction per stream, fetch sharing the loads' DMA engine, MUL a
+    # bit a cycle, the ALU requantizing, 1 KiB of micro-ops, and logic for a slow clock (docs/fpga.md).
+    "tiny_serial": _TINY.replace(
+        name="tiny_serial", uop_buffer_bytes=1024, vector_lanes=1, perf_counters=False, lean=True,
+        requant_store=False, serial_mul=True, cmd_queue_depth=0, serial_core=True, slow_clock=True),
     "small": _SMALL,
     # `small` as an FPGA board wants it: its on-chip memory serves one burst at a time (lean loaders lose
     # nothing), and the ALU takes the requantizing in two lanes instead of 8 requantizing STORE lanes and a

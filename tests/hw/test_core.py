@@ -30,8 +30,8 @@ from amaranth.sim import Simulator
 from tilewright import PRESETS, isa
 from tilewright.hw.core import ComputeCore, alu_reads_one_port, soft_multiply
 from tilewright.hw.serial_core import core_for
-from tilewright.hw.sram import (acc_granularity, acc_loads_by_lane, alu_granularity, sram_rows, sram_shape,
-                                wgt_rows_by_lane)
+from tilewright.hw.sram import (acc_granularity, acc_loads_by_lane, acc_rows_by_lane, alu_granularity, sram_rows,
+                                sram_shape, wgt_rows_by_lane)
 from tilewright.isa import Alu, AluOp, ErrorCode, Finish, Gemm, Load, MemType
 from tilewright.sim import FunctionalSimulator
 from tilewright.sim.fsim import SimError
@@ -67,6 +67,9 @@ SEQ_ONE = PRESETS["pico"].replace(name="pico_serial_core", serial_core=True)
 SEQ_LEAN = SEQ.replace(name="tiny_serial_core_lean", lean=True)
 # ... and on 16-bit accumulators (its serial shift's limits)
 SEQ_ACC16 = SEQ.replace(name="tiny_acc16_serial_core", acc_width=16)
+# ... and with no requantizing STORE: the accumulators a lane a row (acc_rows_by_lane)
+SEQ_ROWS = SEQ.replace(name="tiny_serial_core_rows", requant_store=False)
+SEQ_ROWS_B2 = SEQ_ROWS.replace(name="tiny_b2x2_serial_core_rows", batch=2, block_out=2)    # (lanes b·2 + o)
 
 MEMS = ("uop", "inp", "wgt", "acc", "out")
 DRAM_BYTES = 1 << 16
@@ -226,10 +229,10 @@ def run_core(cfg, contents, insns):
             await ctx.tick()
             assert not ctx.get(core.done), "done is longer than one cycle"
             assert not ctx.get(core.gemm_busy) and not ctx.get(core.alu_busy)
-        for mem in ("acc", "out"):
-            data = h.mems[mem].data
-            final[mem] = np.array([[ctx.get(data[r])[k] for k in range(lanes(cfg, mem))]
-                                   for r in range(cfg.acc_depth)], dtype=np.int64)
+        for mem in ("acc", "out"):      # (entries: with `acc_rows_by_lane` an entry's rows together)
+            data, row_lanes = h.mems[mem].data, sram_shape(cfg, mem).length
+            rows = [[ctx.get(data[r])[k] for k in range(row_lanes)] for r in range(sram_rows(cfg, mem))]
+            final[mem] = np.array(rows, dtype=np.int64).reshape(cfg.acc_depth, lanes(cfg, mem))
 
     sim = Simulator(h)
     sim.add_clock(1e-6)
@@ -406,8 +409,8 @@ def test_gemm_two_loop_levels(seed):
     check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2, SOFT, SOFT16, VEC1, VEC2, WIDE, WIDE_LEAN, SEQ, SEQ_B2, SEQ_ONE],
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, SOFT, SOFT16, VEC1, VEC2, WIDE, WIDE_LEAN, SEQ, SEQ_B2, SEQ_ONE,
+                                 SEQ_ROWS, SEQ_ROWS_B2], ids=lambda c: c.name)
 def test_gemm_other_lane_layouts(cfg):
     """GEMM on a 16-bit accumulator, on batch 2 (lane order b·block_out + o), with products built from
     logic, and beside an ALU of several passes (the accumulator's read address then a register of its own)
@@ -526,7 +529,7 @@ def test_alu_op(op, use_imm):
 
 
 @pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2, VEC4, SERIAL, SERIAL1, SEQ, SEQ_B2, SEQ_MUL, SEQ_ONE,
-                                 SEQ_LEAN, SEQ_ACC16],
+                                 SEQ_LEAN, SEQ_ACC16, SEQ_ROWS, SEQ_ROWS_B2],
                          ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_other_lane_layouts(cfg, op):
@@ -539,7 +542,7 @@ def test_alu_other_lane_layouts(cfg, op):
         check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL1, SEQ], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL1, SEQ, SEQ_ROWS], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_chain(op, cfg):
     """Micro-op k+1 reads, as its source, the row micro-op k writes (a running prefix).
@@ -652,7 +655,7 @@ def test_range_errors(insn, uops, code, cfg):
     assert (hw["acc"][240:244] == 0).all() and (hw["out"][240:244] == 0).all()
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE, SEQ], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE, SEQ, SEQ_ROWS], ids=lambda c: c.name)
 def test_instruction_sequence(cfg):
     """GEMM and ALU instructions one after another (each sees the last one's results) match fsim.
 
@@ -743,6 +746,9 @@ def test_serial_core_buffers_go_by_lane_only_where_a_beat_is_one_lanes_worth():
     assert not acc_loads_by_lane(SEQ_ACC16)      # a beat holds two 16-bit lanes
     assert not wgt_rows_by_lane(SEQ_ONE)         # one output lane: an entry is a row already
     assert not acc_loads_by_lane(VEC1) and not wgt_rows_by_lane(VEC1)     # the pipelined core reads whole rows
+    # A lane a row where no requantizing STORE reads whole accumulator entries
+    assert acc_rows_by_lane(SEQ_ROWS) and acc_rows_by_lane(SEQ_ROWS_B2)
+    assert not acc_rows_by_lane(SEQ) and not acc_rows_by_lane(SEQ_B2)
 
 
 @pytest.mark.parametrize("cfg", [SEQ, SEQ_B2], ids=lambda c: c.name)

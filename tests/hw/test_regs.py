@@ -140,11 +140,11 @@ def drive_inputs(ctx, dut, rng):
 
 # -- tests ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("direct_writes", [False, True], ids=["", "direct"])
+@pytest.mark.parametrize("direct", [False, True], ids=["", "direct"])
 @pytest.mark.parametrize("stall", [0.0, 0.5])
-def test_program_registers_read_back(stall, direct_writes):
+def test_program_registers_read_back(stall, direct):
     """Writes to ``insn_addr``/``insn_count`` drive those outputs and read back; other writes leave them alone
-    (with the write's request registered, or with ``direct_writes``)."""
+    (with the write's request registered, or ``direct``)."""
     rng = random.Random(int(stall * 10))
 
     async def bench(ctx, dut):
@@ -167,11 +167,11 @@ def test_program_registers_read_back(stall, direct_writes):
         for reg in (INSN_ADDR, INSN_COUNT):
             assert await m.read(ctx, reg) == expected[reg]
 
-    assert simulate(bench, dut=RegisterFile(direct_writes=direct_writes)) == []
+    assert simulate(bench, dut=RegisterFile(direct=direct)) == []
 
 
-@pytest.mark.parametrize("direct_writes", [False, True], ids=["", "direct"])
-def test_start_pulses_once_per_write_of_one(direct_writes):
+@pytest.mark.parametrize("direct", [False, True], ids=["", "direct"])
+def test_start_pulses_once_per_write_of_one(direct):
     """``start`` is high for exactly one cycle per write with the start bit set (its lane strobed) to ``control``.
 
     Writes of 0, of the start bit without its byte strobe, and of the start
@@ -196,15 +196,17 @@ def test_start_pulses_once_per_write_of_one(direct_writes):
             for _ in range(10):
                 seen.append(await m.write(ctx, CONTROL, CONTROL_START))
 
-    starts = simulate(bench, dut=RegisterFile(direct_writes=direct_writes))
+    starts = simulate(bench, dut=RegisterFile(direct=direct))
     expected = ([pulses for *_, pulses in cases] + [1] * 10) * 2
     assert seen == expected
     assert len(starts) == sum(expected), "no start outside those writes"
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["", "direct"])
 @pytest.mark.parametrize("stall", [0.0, 0.5])
-def test_read_only_registers_return_their_inputs(stall):
-    """Every readable register of REGISTERS returns the value on its input; ``control`` and holes read 0."""
+def test_read_only_registers_return_their_inputs(stall, direct):
+    """Every readable register of REGISTERS returns the value on its input; ``control`` and holes read 0
+    (from registered groups, or ``direct`` from one multiplexer)."""
     rng = random.Random(7 + int(stall * 10))
 
     async def bench(ctx, dut):
@@ -221,7 +223,7 @@ def test_read_only_registers_return_their_inputs(stall):
 
     assert {r.name for r in READ_ONLY} == {"status", "error_index", "fingerprint"} | {n for n, _ in COUNTERS}
     assert HOLES, "the register space has unmapped words"
-    simulate(bench)
+    simulate(bench, dut=RegisterFile(direct=direct))
 
 
 def test_back_to_back_mixed_traffic():
@@ -250,8 +252,9 @@ def test_back_to_back_mixed_traffic():
     simulate(bench)
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["", "direct"])
 @pytest.mark.parametrize("stall", [0.0, 0.6])
-def test_concurrent_reader_and_writer(stall):
+def test_concurrent_reader_and_writer(stall, direct):
     """A reader and a writer share the bus at once: every read is right and every control write starts once."""
     rng_w, rng_r = random.Random(11), random.Random(12)
     written = []
@@ -272,6 +275,6 @@ def test_concurrent_reader_and_writer(stall):
             r = rng_r.choice(READ_ONLY)
             assert await m.read(ctx, r.offset) == values[r.name]
 
-    starts = simulate(writer, reader)
+    starts = simulate(writer, reader, dut=RegisterFile(direct=direct))
     assert [got for got, _ in pulses] == [int(bool(want)) for _, want in pulses]
     assert len(starts) == sum(got for got, _ in pulses)

@@ -49,10 +49,9 @@ def test_random_programs_on_a_wide_variant_without_perf_counters():
 # multi-pass ALU without `lean` is `tiny_b2_v2` below and test_core's; `lean` with several ALU lanes is `slim`'s.)
 #: ``lean`` with one ALU lane.
 LEAN_V1 = PRESETS["tiny"].replace(name="tiny_lean_v1", lean=True, vector_lanes=1)
-#: The small boards' diet: no requantizer, fetch sharing the loads' reader, MUL a bit a cycle, the serial core,
-#: no command queues (a stream's one instruction in a register), built for a slow clock.
-PLAIN_STORE = PRESETS["tiny"].replace(name="tiny_plain_store", lean=True, vector_lanes=1, requant_store=False,
-                                      serial_mul=True, serial_core=True, cmd_queue_depth=0, slow_clock=True)
+#: The small boards' diet, the iCEBreaker's preset: no requantizer, fetch sharing the loads' reader, MUL a bit a
+#: cycle, the serial core, no command queues (a stream's one instruction in a register), built for a slow clock.
+PLAIN_STORE = PRESETS["tiny_serial"]
 
 
 def test_random_programs_lean():
@@ -67,7 +66,7 @@ def test_random_programs_lean():
 
 def test_random_programs_without_the_requantizing_store():
     """``requant_store = false`` with ``lean``, ``serial_mul``, ``serial_core``, no command queues and a slow
-    clock (the small boards' diet): no requantizer, fetch sharing the loads' reader, MUL a bit a
+    clock (the small boards' diet, the iCEBreaker's preset ``tiny_serial``): no requantizer, fetch sharing the loads' reader, MUL a bit a
     cycle, GEMM and ALU a lane at a time, one instruction per stream, the STORE's elements straight from the
     output buffer; a STORE with a requantizing bit set stops both tiers with RESERVED_BITS."""
     cfg = PLAIN_STORE
@@ -77,7 +76,9 @@ def test_random_programs_without_the_requantizing_store():
     results = run_differential(cfg, programs, dram_bytes=DRAM_BYTES)
     assert all(r.done and r.error == 0 for r in results[:-1])
     assert results[-1].error == ErrorCode.RESERVED_BITS
-    assert sum(r.counters["write_out"] for r in results) > 0
+    # (its STOREs wrote: counted by fsim with every counter, the preset building only the cycle counter)
+    counted = fsim_outcomes(cfg.replace(perf_counters=True), programs[:-1], dram_bytes=DRAM_BYTES)
+    assert sum(o.counters["write_out"] for o in counted) > 0
 
 
 @pytest.mark.parametrize("cfg", [
@@ -121,23 +122,26 @@ def test_blocked_matmul_matches_fsim(config, shape, tiles):
 TINY = PRESETS["tiny"]
 L, C, S = Stream.LOAD, Stream.COMPUTE, Stream.STORE
 
-ERROR_PROGRAMS = {
-    ErrorCode.ILLEGAL_OPCODE: opcode_only(ILLEGAL_OPCODES[1]) + isa.encode_program([Finish()], TINY),
-    ErrorCode.ILLEGAL_MEMORY_TYPE: [Gemm(), Load(memory_type=MemType.OUT, x_size=1, y_size=1), Finish()],
-    ErrorCode.ILLEGAL_ALU_OP: [Alu(alu_op=6), Finish()],
-    ErrorCode.ILLEGAL_DEPENDENCY: [Store(pop_next=True), Finish()],
-    ErrorCode.SRAM_RANGE: [Load(memory_type=MemType.INP, sram_base=TINY.depth("inp") - 2, y_size=1, x_size=3,
-                                x_stride=3, push_next=True), Finish(pop_prev=True)],
-    ErrorCode.UOP_RANGE: [Gemm(uop_bgn=0, uop_end=TINY.depth("uop") + 1, iter_out=1, iter_in=1), Finish()],
-    ErrorCode.INDEX_RANGE: [Gemm(uop_end=1, iter_out=3, iter_in=1, dst_factor_out=TINY.depth("acc") // 2), Finish()],
-    ErrorCode.BUS_ERROR: [Load(memory_type=MemType.ACC, dram_base=DRAM_BYTES // TINY.elem_bytes("acc") - 1,
-                               y_size=1, x_size=2, x_stride=2), Finish()],
-    ErrorCode.DEADLOCK: [noop(L).replace(pop_next=True, push_next=True),
-                         noop(C).replace(pop_prev=True, push_prev=True), Finish()],
-    ErrorCode.PROTOCOL: [Gemm(push_next=True), Finish()],
-    ErrorCode.RESERVED_BITS: isa.encode_program([Gemm()], TINY)
-    + with_reserved_bit(Alu(), TINY).to_bytes(isa.INSN_BYTES, "little") + isa.encode_program([Finish()], TINY),
-}
+def error_programs(cfg):
+    """``{ErrorCode: program}``: a program stopping with each error code on ``cfg`` (its buffers' sizes)."""
+    return {
+        ErrorCode.ILLEGAL_OPCODE: opcode_only(ILLEGAL_OPCODES[1]) + isa.encode_program([Finish()], cfg),
+        ErrorCode.ILLEGAL_MEMORY_TYPE: [Gemm(), Load(memory_type=MemType.OUT, x_size=1, y_size=1), Finish()],
+        ErrorCode.ILLEGAL_ALU_OP: [Alu(alu_op=6), Finish()],
+        ErrorCode.ILLEGAL_DEPENDENCY: [Store(pop_next=True), Finish()],
+        ErrorCode.SRAM_RANGE: [Load(memory_type=MemType.INP, sram_base=cfg.depth("inp") - 2, y_size=1, x_size=3,
+                                    x_stride=3, push_next=True), Finish(pop_prev=True)],
+        ErrorCode.UOP_RANGE: [Gemm(uop_bgn=0, uop_end=cfg.depth("uop") + 1, iter_out=1, iter_in=1), Finish()],
+        ErrorCode.INDEX_RANGE: [Gemm(uop_end=1, iter_out=3, iter_in=1, dst_factor_out=cfg.depth("acc") // 2),
+                                Finish()],
+        ErrorCode.BUS_ERROR: [Load(memory_type=MemType.ACC, dram_base=DRAM_BYTES // cfg.elem_bytes("acc") - 1,
+                                   y_size=1, x_size=2, x_stride=2), Finish()],
+        ErrorCode.DEADLOCK: [noop(L).replace(pop_next=True, push_next=True),
+                             noop(C).replace(pop_prev=True, push_prev=True), Finish()],
+        ErrorCode.PROTOCOL: [Gemm(push_next=True), Finish()],
+        ErrorCode.RESERVED_BITS: isa.encode_program([Gemm()], cfg)
+        + with_reserved_bit(Alu(), cfg).to_bytes(isa.INSN_BYTES, "little") + isa.encode_program([Finish()], cfg),
+    }
 
 
 def test_a_store_into_the_running_program_stops_the_rtl_as_in_fsim():
@@ -153,15 +157,15 @@ def test_a_store_into_the_running_program_stops_the_rtl_as_in_fsim():
     run_differential(TINY, programs + [random_program(TINY, 10, dram_bytes=DRAM_BYTES)], dram_bytes=DRAM_BYTES)
 
 
-# (the same buffers as TINY: the programs above are legal on both; the second shares one reader among fetch
-# and the loads, whose errors must reach the unit that asked)
+# (the second shares one reader among fetch and the loads, whose errors must reach the unit that asked)
 @pytest.mark.parametrize("cfg", [TINY, PLAIN_STORE],
                          ids=lambda c: c.name)
 def test_every_error_code_stops_the_rtl_as_in_fsim(cfg):
-    programs = [program_image(cfg, p, dram_bytes=DRAM_BYTES, seed=int(code)) for code, p in ERROR_PROGRAMS.items()]
+    programs_by_code = error_programs(cfg)
+    programs = [program_image(cfg, p, dram_bytes=DRAM_BYTES, seed=int(code)) for code, p in programs_by_code.items()]
     programs.append(program_image(cfg, [Gemm()], dram_bytes=DRAM_BYTES, seed=99))        # no FINISH
     programs.append(program_image(cfg, [Finish(), Gemm()], dram_bytes=DRAM_BYTES, seed=98))
-    expected = [int(code) for code in ERROR_PROGRAMS] + [ErrorCode.PROTOCOL, ErrorCode.PROTOCOL]
+    expected = [int(code) for code in programs_by_code] + [ErrorCode.PROTOCOL, ErrorCode.PROTOCOL]
     assert [o.error for o in fsim_outcomes(cfg, programs, dram_bytes=DRAM_BYTES)] == expected
     jobs = [Job(dram=p.dram, insn_addr=p.insn_addr, insn_count=p.insn_count, max_cycles=20_000) for p in programs]
     # A program that does not start on a 16-byte boundary.

@@ -3,10 +3,12 @@
 import random
 
 import pytest
+from amaranth import Elaboratable, Module, Signal
+from amaranth.lib import data
 from amaranth.sim import Simulator
 
-from tilewright import isa
-from tilewright.hw.transfer_check import MAX_EXTENT, TransferCheck
+from tilewright import PRESETS, isa
+from tilewright.hw.transfer_check import MAX_EXTENT, TransferCheck, check_width, dram_base_folded
 from tilewright.isa import ErrorCode
 
 SRAM_BITS = 10
@@ -81,12 +83,26 @@ def test_checks_match_the_reference(serial, compact, guarded, limit_bits):
     if not guarded:             # (a LOAD's check: no guarded range)
         cases = [{k: v for k, v in case.items() if not k.startswith("guard_")} | {"guard_lo": 0, "guard_hi": 0}
                  for case in cases]
+    latencies = run_cases(dut, cases, guarded)
+    if compact:     # a cycle per bit of the multipliers and per sum or compare, at most
+        assert max(latencies) <= 11 + 2 * MAX_EXTENT.bit_length()
+    elif serial:    # one cycle per bit of the multipliers, at most
+        assert max(latencies) <= TransferCheck.LATENCY + 2 * MAX_EXTENT.bit_length()
+    else:
+        assert set(latencies) == {TransferCheck.LATENCY}
+
+
+def run_cases(dut, cases, guarded, *, top=None, set_dram_base=None):
+    """Check each case on ``dut`` (simulating ``top``, which holds it, if given) against :func:`expected`;
+    returns the cycles each took. ``set_dram_base(ctx, value)`` drives ``dram_base`` another way."""
     latencies = []
 
     async def bench(ctx):
         for case in cases:
             for name, value in case.items():
-                if guarded or not name.startswith("guard_"):
+                if name == "dram_base" and set_dram_base:
+                    set_dram_base(ctx, value)
+                elif guarded or not name.startswith("guard_"):
                     ctx.set(getattr(dut, name), value)
             ctx.set(dut.start, 1)
             await ctx.tick()
@@ -103,13 +119,47 @@ def test_checks_match_the_reference(serial, compact, guarded, limit_bits):
             latencies.append(cycles)
             await ctx.tick()
 
-    sim = Simulator(dut)
+    sim = Simulator(top or dut)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    if compact:     # a cycle per bit of the multipliers and per sum or compare, at most
-        assert max(latencies) <= 11 + 2 * MAX_EXTENT.bit_length()
-    elif serial:    # one cycle per bit of the multipliers, at most
-        assert max(latencies) <= TransferCheck.LATENCY + 2 * MAX_EXTENT.bit_length()
-    else:
-        assert set(latencies) == {TransferCheck.LATENCY}
+    return latencies
+
+
+class _FoldedDramBase(Elaboratable):
+    """A check whose ``dram_base`` comes from an instruction word through :func:`dram_base_folded`."""
+
+    def __init__(self, check, layout, keep):
+        self.check, self.layout, self.keep = check, layout, keep
+        self.word = Signal(isa.INSN_BITS)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.check = self.check
+        folded = data.View(self.layout, dram_base_folded(self.word, self.layout, self.keep))
+        m.d.comb += self.check.dram_base.eq(folded.dram_base)
+        return m
+
+
+@pytest.mark.parametrize("opcode", [isa.Opcode.LOAD, isa.Opcode.STORE], ids=lambda op: op.name)
+@pytest.mark.parametrize("wider", [0, 3], ids=["as-wide", "wider"])
+def test_a_folded_dram_base_is_checked_as_the_whole_field(opcode, wider):
+    """With ``slow_clock`` a LOAD or STORE is queued with ``dram_base`` folded above a width at least the
+    checks' (``dram_base_folded``): a check decides every case on the folded field as on the whole one,
+    the instruction's other bits random."""
+    limit_bits = 14
+    dut = TransferCheck(sram_bits=SRAM_BITS, serial=True, guarded=True, limit_bits=limit_bits, compact=True)
+    layout = isa.instruction_layouts(PRESETS["tiny"])[opcode]
+    top = _FoldedDramBase(dut, layout, check_width(sram_bits=SRAM_BITS, limit_bits=limit_bits) + wider)
+    rng = random.Random(int(opcode) + wider)
+    field = layout["dram_base"]
+
+    def set_dram_base(ctx, value):
+        noise = rng.getrandbits(isa.INSN_BITS) & ~(((1 << field.width) - 1) << field.offset)
+        ctx.set(top.word, noise | value << field.offset)
+    cases = [small_bus_case(rng, limit_bits) for _ in range(150)]
+    for case in cases[::3]:         # (some far beyond the bus, a bit above the checks' width or at the top)
+        case["dram_base"] = rng.choice([1 << rng.randrange(14, isa.DRAM_ADDR_BITS), (1 << isa.DRAM_ADDR_BITS) - 1,
+                                        rng.randrange(1 << isa.DRAM_ADDR_BITS)])
+    assert {expected(case) for case in cases} >= {0, ErrorCode.BUS_ERROR, ErrorCode.SRAM_RANGE}
+    run_cases(dut, cases, True, top=top, set_dram_base=set_dram_base)
