@@ -192,7 +192,7 @@ BOARDS = {b.name: b for b in [
           config="compact", freq_mhz=25, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,
           resources={"LUT": 43848, "FF": 43848, "DSP": 72, "BRAM": 108}),
     Board("icebreaker", "iCEBreaker (iCE40UP5K, SG48)", "ice40", "amaranth_boards.icebreaker:ICEBreakerPlatform",
-          config="tiny", freq_mhz=24, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,
+          config="tiny_serial", freq_mhz=24, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,
           resources={"LUT": 5280, "FF": 5280, "DSP": 8, "BRAM": 30, "SPRAM": 4}, mem_ram_style="huge"),
     Board("tangnano9k", "Tang Nano 9K (GW1NR-LV9QN88PC6/I5)", "gowin",
           "amaranth_boards.tang_nano_9k:TangNano9kPlatform",

@@ -134,11 +134,13 @@ def test_digits_model_equals_fsim_with_counters_over_the_link(board):
     _digits_over_the_link(TINY, board.port)
 
 
-def test_the_tang_nano_preset_runs_the_digits_model_in_its_own_memory():
-    """The Tang Nano 9K as built: its preset (1×1×1, no requantizing STORE) and its 32 KiB of memory."""
-    tang_nano = get_board("tangnano9k")
-    cfg = PRESETS[tang_nano.config]
-    with SimulatedBoard(cfg, mem_bytes=tang_nano.mem_bytes, clock_hz=tang_nano.freq_mhz * 1_000_000) as b:
+@pytest.mark.parametrize("board_name", ["tangnano9k", "icebreaker"])
+def test_the_small_boards_presets_run_the_digits_model_in_their_own_memory(board_name):
+    """The small boards as built: the Tang Nano 9K's preset (1×1×1, no requantizing STORE) in its 32 KiB of
+    memory, the iCEBreaker's (``tiny_serial``: the serial core, one instruction per stream) in its 64 KiB."""
+    board = get_board(board_name)
+    cfg = PRESETS[board.config]
+    with SimulatedBoard(cfg, mem_bytes=board.mem_bytes, clock_hz=board.freq_mhz * 1_000_000) as b:
         _digits_over_the_link(cfg, b.port)
 
 
