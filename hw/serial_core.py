@@ -116,19 +116,19 @@ class SerialCore(ComputeCore):
         write = Signal(len(self.out_write.en))      # OUT's enables: the lane's (the row's, with one lane)
         m.d.comb += write.eq(Mux(write_lane, C(1, len(write)) << result_lane, 0))
         wr_en = pipe(m, write, "wr_en")
+        wr_dst = pipe(m, Mux(loading, load.addr, acc_row(dst, result_lane)), "wr_dst", data=True)
         if acc_rows:                    # (the lane's row)
             wr_acc_en = pipe(m, Mux(loading, load.en, write_lane), "wr_acc_en")
+            wr_data = pipe(m, Mux(loading, load.data.as_value(), result.as_unsigned()), "wr_data", data=True)
         else:
             wr_acc_en = pipe(m, Mux(loading, widened(load.en, len(self.acc_write.en) // len(load.en)),
                                     widened(write, len(self.acc_write.en) // len(write))), "wr_acc_en")
-        wr_dst = pipe(m, Mux(loading, load.addr, acc_row(dst, result_lane)), "wr_dst", data=True)
-        if acc_rows:
-            wr_data = pipe(m, Mux(loading, load.data.as_value(), result.as_unsigned()), "wr_data", data=True)
-        elif acc_loads_by_lane(c):       # (a LOAD's lane on every lane too: one lane's multiplexer)
-            wr_data = pipe(m, Mux(loading, load.data.as_value()[:width], result.as_unsigned()), "wr_data",
-                           data=True).replicate(lanes)
-        else:
-            wr_data = pipe(m, Mux(loading, load.data.as_value(), result.replicate(lanes)), "wr_data", data=True)
+            if acc_loads_by_lane(c):       # (a LOAD's lane on every lane too: one lane's multiplexer)
+                wr_data = pipe(m, Mux(loading, load.data.as_value()[:width], result.as_unsigned()), "wr_data",
+                               data=True).replicate(lanes)
+            else:
+                wr_data = pipe(m, Mux(loading, load.data.as_value(), result.replicate(lanes)), "wr_data",
+                               data=True)
         m.d.comb += [
             self.acc_write.addr.eq(wr_dst), self.acc_write.data.eq(wr_data), self.acc_write.en.eq(wr_acc_en),
             self.out_write.addr.eq(wr_dst[-entry_bits:]), self.out_write.en.eq(wr_en),
