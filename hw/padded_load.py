@@ -13,7 +13,7 @@ from .dma import ElementPacker, ReadClient
 from .dsp import is_small_fpga
 from .pipe import pipe, replicas
 from .register_slice import SkidBuffer
-from .sram import acc_loads_by_lane, acc_rows_by_lane, load_granularity, sram_addr_bits, sram_shape, wgt_rows_by_lane
+from .sram import acc_loads_by_lane, load_granularity, rows_per_entry, sram_addr_bits, sram_shape
 from .transfer_check import MAX_EXTENT, TransferCheck
 
 __all__ = ["PaddedLoad", "LoadRequest", "LoadShare", "one_of"]
@@ -128,10 +128,9 @@ class PaddedLoad(wiring.Component):
         # with `acc_loads_by_lane` an ACC8 element's bytes, a lane each, from its beat (a beat each: the bus
         # is one accumulator wide), taken as its last byte is written.
         by_lane = {mt: mt == MemType.ACC8 and acc_loads_by_lane(self.cfg) for mt in types}
-        # With `wgt_rows_by_lane` a WGT entry is `block_out` rows, a beat each, and with `acc_rows_by_lane` an
-        # ACC or ACC8 entry a row a lane (its slices, or its bytes): a padded one too (zeros).
-        by_rows = {mt: (mt == MemType.WGT and wgt_rows_by_lane(self.cfg))
-                   or (mt in (MemType.ACC, MemType.ACC8) and acc_rows_by_lane(self.cfg)) for mt in types}
+        # An entry of several rows (`wgt_rows_by_lane`: a WGT entry's `block_out`, a beat each; `acc_rows_by_lane`:
+        # an ACC or ACC8 entry's lanes, its slices or its bytes) is written a row a write, a padded one too (zeros).
+        by_rows = {mt: rows_per_entry(self.cfg, mt.buffer) > 1 for mt in types}
         slices = [self.acc_lanes[0] if by_lane[mt] else max(1, self.elem_bytes[mt] // B) for mt in types]
 
         def per_type(values, one_hot=selected):

@@ -7,8 +7,8 @@ from amaranth.lib import data
 
 from tilewright import isa
 
-__all__ = ["sram_shape", "sram_rows", "sram_addr_bits", "wgt_rows_by_lane", "acc_rows_by_lane", "load_slices", "load_granularity",
-           "alu_granularity", "acc_granularity", "acc_loads_by_lane", "widened", "never_reads_while_written",
+__all__ = ["sram_shape", "sram_rows", "sram_addr_bits", "rows_per_entry", "wgt_rows_by_lane", "acc_rows_by_lane",
+           "load_slices", "load_granularity", "alu_granularity", "acc_granularity", "acc_loads_by_lane", "widened", "never_reads_while_written",
            "NO_RW_CHECK"]
 
 #: The memory attribute :func:`never_reads_while_written` sets (Yosys's name for the same promise).
@@ -33,7 +33,7 @@ def acc_rows_by_lane(cfg):
     return acc_loads_by_lane(cfg) and not cfg.requant_store and cfg.lanes("acc")[0] > 1
 
 
-def _rows_per_entry(cfg, mem):
+def rows_per_entry(cfg, mem):
     """Rows of SRAM ``mem`` an entry takes: ``block_out`` for the weights with :func:`wgt_rows_by_lane`, the
     entry's lanes for the accumulators with :func:`acc_rows_by_lane`, else 1."""
     if mem == "wgt" and wgt_rows_by_lane(cfg):
@@ -53,20 +53,20 @@ def sram_shape(cfg, mem):
     if mem == "uop":
         return isa.uop_layout(cfg)
     lanes, width = cfg.lanes(mem)
-    return data.ArrayLayout(signed(width), lanes // _rows_per_entry(cfg, mem))
+    return data.ArrayLayout(signed(width), lanes // rows_per_entry(cfg, mem))
 
 
 def sram_rows(cfg, mem):
     """Rows of SRAM ``mem``: its entries, or several rows an entry (:func:`wgt_rows_by_lane`,
     :func:`acc_rows_by_lane`)."""
-    return cfg.depth(mem) * _rows_per_entry(cfg, mem)
+    return cfg.depth(mem) * rows_per_entry(cfg, mem)
 
 
 def sram_addr_bits(cfg, mem):
     """Bits of a row address of SRAM ``mem``: an entry's index, or with several rows an entry the entry's
     index above the bits of its row (``o`` with :func:`wgt_rows_by_lane`, the lane with
     :func:`acc_rows_by_lane`)."""
-    return cfg.index_bits(mem) + (_rows_per_entry(cfg, mem) - 1).bit_length()
+    return cfg.index_bits(mem) + (rows_per_entry(cfg, mem) - 1).bit_length()
 
 
 
@@ -81,7 +81,7 @@ def load_slices(cfg, mem):
 
 def load_granularity(cfg, mem):
     """The granularity, in lanes, of the write port LOADs fill SRAM ``mem`` through (None: whole rows)."""
-    if _rows_per_entry(cfg, mem) > 1:
+    if rows_per_entry(cfg, mem) > 1:
         return None             # (a beat a row)
     slices = load_slices(cfg, mem)
     return None if slices == 1 else cfg.lanes(mem)[0] // slices

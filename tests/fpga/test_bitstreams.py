@@ -67,7 +67,7 @@ def test_the_smallest_board_preset_synthesises_and_fits(tmp_path, capsys):
 
 def test_the_icebreaker_preset_is_a_bitstream_meeting_its_clock(tmp_path, capsys):
     """An accelerator bitstream: the iCEBreaker at its preset (``tiny_serial``, about 96 % of the UP5K's logic
-    cells, so a change that grows it fails here) placed and routed at 24 MHz with timing met, in 3-5
+    cells, so a change that grows it fails here) placed and routed at 24 MHz with timing met, in 2.5-5
     minutes."""
     board = get_board("icebreaker")
     out = tmp_path / "tiny_serial"
