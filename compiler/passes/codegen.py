@@ -3,6 +3,8 @@
 1. Remaining loops are unrolled; every DMA, GEMM and ALU operation becomes
    one instruction with concrete fields (the two folded loops become
    ``iter_out``/``iter_in`` and their index steps the factors).
+   Latency hiding, part 3 (:mod:`.ends`): the first and last tiles'
+   GEMMs, and the first tile's loads, in pieces.
 2. Micro-op kernels are deduplicated and placed in the uop buffer: all at
    once when they fit, else in a ring reloaded before use.
 3. Latency hiding, part 2: dependency tokens from read/write analysis. Each
@@ -19,7 +21,7 @@
    zeros for fully padded tiles.
 """
 
-from dataclasses import dataclass
+from collections import Counter
 
 import numpy as np
 
@@ -31,6 +33,7 @@ from .. import ir
 from ..expr import evaluate
 from ..program import Program, Segment, segment_align
 from ..schedule import ScheduleError
+from .ends import FIELDS, Access, DmaItem, LoopItem, pipeline_ends
 
 __all__ = ["CodegenError", "codegen"]
 
@@ -42,19 +45,6 @@ class CodegenError(ScheduleError):
     """An operation whose fields do not fit the instruction set."""
 
 
-@dataclass
-class _Access:
-    """What one instruction reads and writes: lists of (memory, lo, hi) intervals."""
-    stream: Stream
-    reads: list
-    writes: list
-
-    def conflicts(self, other):
-        def hit(a, b):
-            return any(m == n and lo <= hi2 and lo2 <= hi for m, lo, hi in a for n, lo2, hi2 in b)
-        return hit(self.writes, other.reads + other.writes) or hit(self.reads, other.writes)
-
-
 def _value(e, env):
     return e if isinstance(e, int) else evaluate(e, env)
 
@@ -62,8 +52,7 @@ def _value(e, env):
 class _Emitter:
     def __init__(self, func, cfg):
         self.func, self.cfg = func, cfg
-        self.items = []              # (kind, fields) in program order, before uop placement
-        self.kernels = {}            # kernel tuple -> index
+        self.items = []              # _Dma and LoopItem in program order, before uop placement
         self.zero_elems = {}         # MemType -> elements of zeros needed
 
     # -- 1. flatten --------------------------------------------------------------------
@@ -84,9 +73,9 @@ class _Emitter:
                 raise CodegenError(f"unlowered {stmt.key} mark ({stmt.value}); a pass is missing")
             self.flatten(stmt.body, env)
         elif isinstance(stmt, ir.Dma):
-            self.items += [("dma", item) for item in self.dma(stmt, env)]
+            self.items += self.dma(stmt, env)
         elif isinstance(stmt, (ir.Gemm, ir.Alu)):
-            self.items.append(("loop", self.loop_op(stmt, env)))
+            self.items.append(self.loop_op(stmt, env))
         elif isinstance(stmt, ir.Store):
             raise CodegenError(f"{stmt.buffer.name}: an element-wise store is left that no pass turned into "
                                f"DMA, GEMM or ALU (mark it with a pragma or tensorize)")
@@ -94,7 +83,7 @@ class _Emitter:
             raise CodegenError(f"cannot generate code for {stmt!r}")
 
     def dma(self, d, env):
-        """``[(instruction, access)]`` of one DMA (a biased store is two: set_bias, then the store)."""
+        """The :class:`DmaItem` items of one DMA (a biased store is two: set_bias, then the store)."""
         v = {f: _value(getattr(d, f), env) for f in ("sram_index", "dram_index", "y_size", "x_size", "x_stride")}
         pads = [_value(p, env) for p in d.pads]
         sram = d.sram.offset + v["sram_index"]
@@ -108,11 +97,12 @@ class _Emitter:
                 fields = dict(requant=True, mul=q.mul, shift=q.shift, relu=q.relu, bias=q.bias is not None)
                 if q.bias is not None:
                     entry = q.bias.offset + _value(q.bias_index, env)
-                    out.append((Store(set_bias=True, sram_base=entry), _Access(S, [("acc", entry, entry)], []), False))
+                    out.append(DmaItem(Store(set_bias=True, sram_base=entry), Access(S, [("acc", entry, entry)], []),
+                                       False))
             insn = Store(memory_type=MemType.OUT, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
                          x_stride=stride, **fields)
             # A requantizing store reads the accumulators, a plain one the narrowed copies.
-            return out + [(insn, _Access(S, [("acc" if q else "out", sram, sram + y * x - 1)], []), False)]
+            return out + [DmaItem(insn, Access(S, [("acc" if q else "out", sram, sram + y * x - 1)], []), False)]
         rows, cols = pads[0] + y + pads[1], pads[2] + x + pads[3]
         if y <= 0 or x <= 0:     # the whole tile is padding: read zeros, one row over and over
             self.zero_elems[d.mem] = max(self.zero_elems.get(d.mem, 0), cols)
@@ -124,10 +114,11 @@ class _Emitter:
         scope = {MemType.INP: "inp", MemType.WGT: "wgt"}.get(d.mem, "acc")
         stream = L if d.mem in (MemType.INP, MemType.WGT) else C
         # A load from an input tensor can be skipped when the same data is still in place.
-        return [(insn, _Access(stream, [], [(scope, sram, sram + rows * cols - 1)]), d.dram not in self.func.outputs)]
+        return [DmaItem(insn, Access(stream, [], [(scope, sram, sram + rows * cols - 1)]),
+                        d.dram not in self.func.outputs)]
 
     def loop_op(self, op, env):
-        """(kind, kernel, loop fields, access) of a GEMM/ALU with concrete values."""
+        """The :class:`LoopItem` of a GEMM/ALU with concrete values."""
         folded = [v for v, _ in op.loops]
         extents = [n for _, n in op.loops]
         base_env = {**env, **{v: 0 for v in folded}}
@@ -139,7 +130,7 @@ class _Emitter:
         kernel = []
         for u in op.uops:
             kernel.append(tuple(_value(getattr(u, f), base_env) + (offsets[f] if getattr(u, f) is not None else 0)
-                                for f in ("dst", "src", "wgt")))
+                                for f in FIELDS))
         if isinstance(op, ir.Alu) and op.imm is not None:
             kernel = [(d, 0, 0) for d, _, _ in kernel]
         if isinstance(op, ir.Gemm) and op.reset:
@@ -147,32 +138,21 @@ class _Emitter:
         factors = []
         for v in folded:
             step = {f: _value(getattr(op.uops[0], f), {**base_env, v: 1}) - _value(getattr(op.uops[0], f), base_env)
-                    for f in ("dst", "src", "wgt")}
+                    for f in FIELDS}
             factors.append(step)
         while len(factors) < 2:
             factors.insert(0, {"dst": 0, "src": 0, "wgt": 0})
             extents.insert(0, 1)
         (n_out, n_in), (f_out, f_in) = extents, factors
-        span = {f: (n_out - 1) * f_out[f] + (n_in - 1) * f_in[f] for f in ("dst", "src", "wgt")}
-        lo = {f: min(k[i] for k in kernel) for i, f in enumerate(("dst", "src", "wgt"))}
-        hi = {f: max(k[i] for k in kernel) + span[f] for i, f in enumerate(("dst", "src", "wgt"))}
         loops = dict(iter_out=n_out, iter_in=n_in, dst_factor_out=f_out["dst"], dst_factor_in=f_in["dst"],
                      src_factor_out=f_out["src"], src_factor_in=f_in["src"])
-        writes = [("acc", lo["dst"], hi["dst"]), ("out", lo["dst"], hi["dst"])]
         if isinstance(op, ir.Gemm):
             loops.update(wgt_factor_out=f_out["wgt"], wgt_factor_in=f_in["wgt"])
-            reads = [] if op.reset else [("inp", lo["src"], hi["src"]), ("wgt", lo["wgt"], hi["wgt"])]
-            make = lambda bgn, end: Gemm(reset=op.reset, overwrite=op.overwrite, uop_bgn=bgn, uop_end=end, **loops)  # noqa: E731
+            item = LoopItem(Gemm, tuple(kernel), loops, dict(reset=op.reset, overwrite=op.overwrite))
         else:
-            reads = [("acc", lo["dst"], hi["dst"])]
-            if op.imm is None:
-                reads.append(("acc", lo["src"], hi["src"]))
-            imm = op.imm if op.imm is not None else 0
-            make = lambda bgn, end: Alu(alu_op=op.op, use_imm=op.imm is not None, imm=imm,  # noqa: E731
-                                        uop_bgn=bgn, uop_end=end, **loops)
-        kernel = tuple(kernel)
-        self.kernels.setdefault(kernel, len(self.kernels))
-        return kernel, make, _Access(C, reads, writes)
+            item = LoopItem(Alu, tuple(kernel), loops, dict(alu_op=op.op, use_imm=op.imm is not None,
+                                                            imm=op.imm if op.imm is not None else 0))
+        return item
 
     def func_segment(self, buf):
         return self.segments[buf.name].offset
@@ -199,8 +179,10 @@ class _Emitter:
         cfg = self.cfg
         offset = self.layout()
         self.flatten(self.func.body, {})
+        self.items = pipeline_ends(self.items, self.cfg)
         # Micro-op words: each distinct kernel once, in first-use order.
-        uop_fmt, kernels = isa.uop_format(cfg), sorted(self.kernels, key=self.kernels.get)
+        kernels = list(dict.fromkeys(item.kernel for item in self.items if isinstance(item, LoopItem)))
+        uop_fmt = isa.uop_format(cfg)
         words, dram_pos = [], {}
         for k in kernels:
             dram_pos[k] = len(words)
@@ -250,19 +232,23 @@ class _Emitter:
                 b.emit(Load(memory_type=MemType.UOP, sram_base=0, dram_base=uop_seg.offset // uop_bytes,
                             y_size=1, x_size=total, x_stride=total))
             resident = {k: dram_pos[k] for k in kernels}
-        for kind, item in self.items:
-            if kind == "dma":
-                insn, access, reusable = item
+        pieces_left = Counter(id(item.whole) for item in self.items if isinstance(item, DmaItem) and item.whole)
+        for item in self.items:
+            if isinstance(item, DmaItem):
+                insn, access = item.insn, item.access
                 if isinstance(insn.dram_base, tuple):
                     seg = self.segments[f"zero_{insn.dram_base[1].name.lower()}"]
                     insn = insn.replace(dram_base=seg.offset // cfg.elem_bytes(insn.memory_type.dram_elem))
-                if reusable and in_place.get(access.writes[0]) == insn:
-                    continue            # e.g. a bias tile reloaded for the next spatial tile
-                sync_and_emit(insn, access)
-                if reusable:
-                    in_place[access.writes[0]] = insn
+                if not (item.reusable and in_place.get(access.writes[0]) == insn):
+                    sync_and_emit(insn, access)   # (else, e.g., a bias tile reloaded for the next spatial tile)
+                    if item.reusable:
+                        in_place[access.writes[0]] = insn
+                if item.whole is not None:      # all pieces in: the whole LOAD is in place
+                    pieces_left[id(item.whole)] -= 1
+                    if item.reusable and not pieces_left[id(item.whole)]:
+                        in_place[item.whole.access.writes[0]] = item.whole.insn
                 continue
-            kernel, make, access = item
+            kernel, access = item.kernel, item.access
             if kernel not in resident:
                 if ring + len(kernel) > cfg.uop_depth:
                     ring = 0
@@ -274,7 +260,7 @@ class _Emitter:
                 resident[kernel] = lo
                 ring = hi
             start = resident[kernel]
-            sync_and_emit(make(start, start + len(kernel)), access)
+            sync_and_emit(item.instruction(start, start + len(kernel)), access)
         for p in (L, S):         # FINISH waits for the last load and store
             if uncovered[(p, C)]:
                 b.push_after(p, C, max(k for k, _ in uncovered[(p, C)]))
