@@ -95,9 +95,12 @@ class _Lowering:
     def nest(self, stage):
         op = stage.op
         # Regions (and buffers) of everything computed inside this stage come first: the body reads them.
-        for iv in stage.leaf:
+        # Inner loops first: a stage computed at an outer loop may be read by one computed further in.
+        for position in reversed(range(len(stage.leaf))):
+            iv = stage.leaf[position]
             children = self.children.get((stage, iv), [])
-            consumers = {child: self.infer_region(child, stage, iv, children)
+            inner = [c for later in stage.leaf[position + 1:] for c in self.children.get((stage, later), [])]
+            consumers = {child: self.infer_region(child, stage, iv, children + inner)
                          for child in reversed(children)}     # readers before what they read
             for child in children:                               # buffers of producers first
                 shape = tuple(child.op.axes[k].extent for k in range(len(child.op.axes)))
@@ -154,8 +157,9 @@ class _Lowering:
         for consumer in consumers:
             if consumer is stage:
                 free = stage.leaf[stage.leaf.index(iv) + 1:]
-            else:
-                free = consumer.leaf
+            else:       # (one computed at a loop inside `iv` reads along the loops between, too)
+                between = stage.leaf[stage.leaf.index(iv) + 1:stage.leaf.index(consumer.attach[1]) + 1]
+                free = between + consumer.leaf
             free_ranges = {v.var: v.extent for v in free}
             env = self.absolute_roots(consumer)
             for load in self.loads_of(consumer, producer.tensor):

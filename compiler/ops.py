@@ -89,6 +89,13 @@ class Conv2dSpec:
         """Input channel blocks each output channel block sums over: all of them, or (grouped) its own."""
         return 1 if self.block_diagonal else self.in_channels // cfg.block_in
 
+    @property
+    def compact_rows(self):
+        """Whether an input tile holds only the rows the kernel reads: a strided kernel one row high
+        without padding reads every ``stride``-th row (a LOAD skips the others with its row stride)."""
+        return self.kernel[0] == 1 and self.stride > 1 and not self.padding and not self.block_diagonal
+
+
 
 @dataclass(frozen=True)
 class DenseSpec:
@@ -196,12 +203,17 @@ def conv2d_compute(spec, cfg):
     data = te.placeholder((NB, CB, spec.height, spec.width, c.batch, c.block_in), f"int{c.inp_width}", "data")
     weight = te.placeholder((OB, RB, KH, KW, c.block_out, c.block_in), f"int{c.wgt_width}", "weight")
     padded = te.pad(data, (0, 0, p, p, 0, 0), (0, 0, p, p, 0, 0), "data_pad") if p else data
+    if spec.compact_rows:       # the rows the kernel reads, which the schedule keeps on chip
+        padded = te.compute((NB, CB, spec.out_height, spec.width, c.batch, c.block_in),
+                            lambda n, ch, y, x, b, i: data[n, ch, y * s, x, b, i], "data_rows",
+                            dtype=f"int{c.inp_width}")
+    row_step = 1 if spec.compact_rows else s
     ic, kh, kw, ii = (te.reduce_axis(RB, "ic"), te.reduce_axis(KH, "kh"), te.reduce_axis(KW, "kw"),
                       te.reduce_axis(c.block_in, "ii"))
     shape = (NB, OB, spec.out_height, spec.out_width, c.batch, c.block_out)
     # grouped: output block o reads input block o (its weight blocks are block-diagonal: see pack_grouped)
     conv = te.compute(shape, lambda n, o, y, x, b, oo: te.sum(
-        padded[n, o + ic if spec.block_diagonal else ic, y * s + kh, x * s + kw, b, ii].astype(acc)
+        padded[n, o + ic if spec.block_diagonal else ic, y * row_step + kh, x * s + kw, b, ii].astype(acc)
         * weight[o, ic, kh, kw, oo, ii].astype(acc), [ic, kh, kw, ii]), "conv", dtype=acc)
     inputs = {"data": data, "weight": weight}
     if spec.bias:
@@ -237,10 +249,11 @@ def conv2d_compute(spec, cfg):
     return inputs, out, (padded, conv, res, scaled)
 
 
-def _conv_needs(spec, cfg, t):
-    """SRAM entries (inp, wgt, acc) and micro-ops per GEMM of tiles ``t``."""
+def _conv_needs(spec, cfg, t, compact=True):
+    """SRAM entries (inp, wgt, acc) and micro-ops per GEMM of tiles ``t`` (``compact=False``: as if an input
+    tile held every row between its first and last, which it does unless ``spec.compact_rows``)."""
     KH, KW = spec.kernel
-    rows = (t.rows - 1) * spec.stride + KH
+    rows = t.rows if spec.compact_rows and compact else (t.rows - 1) * spec.stride + KH
     cols = (t.cols - 1) * spec.stride + KW
     inp = (t.out_channels if spec.block_diagonal else t.in_channels) * rows * cols
     wgt = t.out_channels * t.in_channels * KH * KW
@@ -295,6 +308,20 @@ def conv_cost(spec, cfg, t):
 def conv_cycles(spec, cfg, t):
     """Estimated accelerator cycles of tiles ``t`` (:class:`ConvCost`)."""
     return conv_cost(spec, cfg, t).cycles
+
+
+def _epilogue_resident(spec, cfg, t):
+    """Whether the layer's bias and scale stay on chip whole, loaded once: when its output-channel tiles
+    would load them again between a thread's tiles (a compute-stream LOAD there stalls the GEMMs) and
+    they fit beside the tiles."""
+    per_channel = spec.bias + spec.scale
+    OB = spec.out_channels // cfg.block_out
+    tile_counts = {"out_channels": OB // t.out_channels, "rows": spec.out_height // t.rows}
+    on_channels = t.threads > 1 and _thread_axis(t.threads, t.thread_axis, tile_counts) == "out_channels"
+    if not per_channel or tile_counts["out_channels"] <= (t.threads if on_channels else 1):
+        return False
+    _, _, acc, _ = _conv_needs(spec, cfg, t)
+    return acc - t.out_channels * per_channel * t.threads + OB * per_channel <= cfg.acc_depth
 
 
 def _fits(c, *, inp, wgt, acc, uops):
@@ -354,7 +381,9 @@ def _conv_candidates(spec, c, T):
         except ScheduleError:
             continue
         t = ConvTiles(to, th, tw, ti, T, axis)
-        inp, wgt, acc, uops = _conv_needs(spec, c, t)
+        # (the tilings that fit with whole input tiles: those the estimate was measured on; the ones a
+        # strided 1x1 conv's smaller input tiles let in too are the tuner's to try)
+        inp, wgt, acc, uops = _conv_needs(spec, c, t, compact=False)
         if _fits(c, inp=inp, wgt=wgt, acc=acc, uops=uops):
             yield (conv_cycles(spec, c, t), -ti, -(to * th * tw)), t
 
@@ -373,7 +402,7 @@ def conv_space(spec, config="default"):
         t = ConvTiles(**p)
         tile_counts = {"out_channels": OB // t.out_channels, "rows": spec.out_height // t.rows}
         return _split_problem(t.threads, t.thread_axis, tile_counts) or _fit_problem(c, *_conv_needs(spec, c, t))
-    return Space("conv2d/v1", knobs, problem, lambda p: ConvTiles(**p))
+    return Space("conv2d/v2", knobs, problem, lambda p: ConvTiles(**p))
 
 
 def conv2d(spec, config="default", tiles=None):
@@ -390,14 +419,18 @@ def conv2d(spec, config="default", tiles=None):
     t = tiles or conv_tiles(spec, cfg)
     inputs, out, (padded, conv, res, scaled) = conv2d_compute(spec, cfg)
     s = create_schedule(out)
-    if padded is not inputs["data"]:
-        s[padded].compute_inline()
+    if spec.compact_rows:       # its input rows stage is the copy on chip
+        s[padded].set_scope("inp")
+        data_l = padded
+    else:
+        if padded is not inputs["data"]:
+            s[padded].compute_inline()
+        data_l = s.cache_read(padded, "inp", [conv])
     s[conv].set_scope("acc")
     s[res].set_scope("acc")
-    data_l = s.cache_read(padded, "inp", [conv])
     weight_l = s.cache_read(inputs["weight"], "wgt", [conv])
-    extra = [s.cache_read(inputs[n], "acc", [scaled if n == "residual" and scaled is not None else res])
-             for n in ("bias", "residual", "scale") if n in inputs]
+    extra = {n: s.cache_read(inputs[n], "acc", [scaled if n == "residual" and scaled is not None else res])
+             for n in ("bias", "residual", "scale") if n in inputs}
     if scaled is not None:
         s[scaled].set_scope("acc")
 
@@ -417,10 +450,13 @@ def conv2d(spec, config="default", tiles=None):
         s[out].bind(vt, "vthread")
     s[out].reorder(*order, o_i, y_i, x_i, b, oo)
     tile = order[-1]
-    for stage in [conv, res] + extra + ([scaled] if scaled is not None else []):
+    resident = [extra.pop(k) for k in ("bias", "scale") if k in extra] if _epilogue_resident(spec, cfg, t) else []
+    for stage in resident:          # loaded once, before the first tile
+        s[stage].compute_at(s[out], n)
+    for stage in [conv, res] + list(extra.values()) + ([scaled] if scaled is not None else []):
         s[stage].compute_at(s[out], tile)
     s[out].pragma(o_i, "dma_copy")
-    for t_ in extra:
+    for t_ in list(extra.values()) + resident:
         s[t_].pragma(s[t_].op.axes[0], "dma_copy")
     for stage in [res] + ([scaled] if scaled is not None else []):
         s[stage].pragma(s[stage].op.axes[0], "alu")
@@ -507,7 +543,7 @@ def dense_space(spec, config="default"):
         t = DenseTiles(**p)
         tile_counts = {"out_features": MB // t.out_features, "batch": NB // t.batch}
         return _split_problem(t.threads, t.thread_axis, tile_counts) or _fit_problem(c, **_dense_needs(spec, c, t))
-    return Space("dense/v1", knobs, problem, lambda p: DenseTiles(**p))
+    return Space("dense/v2", knobs, problem, lambda p: DenseTiles(**p))
 
 
 def dense(spec, config="default", tiles=None):

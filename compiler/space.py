@@ -33,6 +33,9 @@ class Space:
 
     ``problem(point)`` returns a one-line reason a point is invalid, or None;
     ``make(point)`` turns a point into the schedule's parameter object (tiles).
+    ``name`` carries the template's version (``"conv2d/v2"``): a new one when
+    the programs its points make change, so that tuning logs measured on
+    the old ones stop counting (the name is part of :attr:`hash`).
     """
 
     def __init__(self, name, knobs, problem, make):

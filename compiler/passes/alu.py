@@ -231,7 +231,11 @@ def _bias_index(add, store):
     store_loops, dma = ir.loop_nest(store)
     dst, src = as_expr(alu.uops[0].dst), as_expr(alu.uops[0].src)
     first, count = as_expr(dma.sram_index), as_expr(dma.y_size) * as_expr(dma.x_size)
-    if len(alu.uops) != 1 or alu.loops or not (free_vars(dst) | free_vars(src)) <= {v for v, _ in add_loops} \
+    # (an operand held for a whole layer is indexed by loops around the tile's, too: that part is fixed here)
+    add_vars = {v for v, _ in add_loops}
+    fixed = simplify(substitute(src, {v: 0 for v in add_vars}))
+    src = simplify(src - fixed)
+    if len(alu.uops) != 1 or alu.loops or not (free_vars(dst) | free_vars(src)) <= add_vars \
             or not (free_vars(first) | free_vars(count)) <= {v for v, _ in store_loops}:
         return None
     operand = {}                # accumulator element -> operand element
@@ -252,7 +256,7 @@ def _bias_index(add, store):
              for k, (_, n) in enumerate(store_loops)]
     if any(sum(s * x for s, x in zip(steps, values)) + index[zero] != b for values, b in index.items()):
         return None
-    expr = Const(index[zero])
+    expr = Const(index[zero]) + fixed
     for (v, _), s in zip(store_loops, steps):
         expr = expr + v * s
     return simplify(expr)

@@ -227,7 +227,8 @@ def dram_bytes(task, point):
              ("x", s.out_width // t.cols), ("c", CB // t.in_channels)]
     # Input tiles overlap and the padding is made by the load, not read: the rows (columns) read are summed
     # over the row (column) tiles; they repeat with the channel tiles around them.
-    rows = _rows_read(s.out_height // t.rows, t.rows, s.stride, KH, s.padding, s.height)
+    rows = (s.out_height if s.compact_rows else
+            _rows_read(s.out_height // t.rows, t.rows, s.stride, KH, s.padding, s.height))
     cols = _rows_read(s.out_width // t.cols, t.cols, s.stride, KW, s.padding, s.width)
     inner = _executions(loops[2:], {"y", "x", "c"}) > 1
     channel_tiles = (loops[1][1] if inner else 1) * (T if on_channels else 1)
@@ -236,7 +237,8 @@ def dram_bytes(task, point):
     inp_blocks = OB if s.block_diagonal else channel_tiles * CB
     return {"inp": NB * inp_blocks * rows * cols * e["inp"],
             "wgt": _executions(loops, {"o", "c"}) * T * t.out_channels * t.in_channels * KH * KW * e["wgt"],
-            "acc": _executions(loops, {"o"}) * T * t.out_channels * e["acc"] * epilogue
+            "acc": (OB if ops._epilogue_resident(s, c, t) else _executions(loops, {"o"}) * T * t.out_channels)
+            * e["acc"] * epilogue
             + (outputs if s.residual else 0),
             "out": outputs}
 
