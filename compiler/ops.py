@@ -92,9 +92,9 @@ class Conv2dSpec:
     @property
     def compact_rows(self):
         """Whether an input tile holds only the rows the kernel reads: a strided kernel one row high
-        without padding reads every ``stride``-th row (a LOAD skips the others with its row stride)."""
+        without padding reads every ``stride``-th row (a LOAD skips the others with its row stride).
+        Not for grouped convs, whose input block follows the output block (left as they were)."""
         return self.kernel[0] == 1 and self.stride > 1 and not self.padding and not self.block_diagonal
-
 
 
 @dataclass(frozen=True)

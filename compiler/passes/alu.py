@@ -225,8 +225,9 @@ def _store_splits(store):
 
 
 def _bias_index(add, store):
-    """The operand element (an expression of the store's loops) that ``add`` adds to every element a store
-    iteration reads, or None when it is not one element per store iteration."""
+    """The operand element (an expression of the store's loops, and of loops around the tile when the operand
+    is held for more than one tile) that ``add`` adds to every element a store iteration reads, or None when
+    it is not one element per store iteration."""
     add_loops, alu = ir.loop_nest(add)
     store_loops, dma = ir.loop_nest(store)
     dst, src = as_expr(alu.uops[0].dst), as_expr(alu.uops[0].src)

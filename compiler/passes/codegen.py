@@ -33,7 +33,8 @@ from .. import ir
 from ..expr import evaluate
 from ..program import Program, Segment, segment_align
 from ..schedule import ScheduleError
-from .ends import FIELDS, Access, DmaItem, LoopItem, pipeline_ends
+from .ends import pipeline_ends
+from .items import FIELDS, Access, DmaItem, LoopItem
 
 __all__ = ["CodegenError", "codegen"]
 

@@ -12,94 +12,13 @@ few micro-ops added, a first piece that waits for at most half the bytes,
 a last GEMM whose first piece holds all that a STORE reads.
 """
 
-from dataclasses import dataclass
-from functools import cached_property
-
 from tilewright.isa import Gemm, Load, Stream
 
-__all__ = ["Access", "DmaItem", "FIELDS", "LoopItem", "pipeline_ends"]
+from .items import Access, DmaItem, LoopItem
+
+__all__ = ["pipeline_ends"]
 
 L, C, S = Stream.LOAD, Stream.COMPUTE, Stream.STORE
-
-
-@dataclass
-class Access:
-    """What one instruction reads and writes: lists of (memory, lo, hi) intervals."""
-    stream: Stream
-    reads: list
-    writes: list
-
-    def conflicts(self, other):
-        def hit(a, b):
-            return any(m == n and lo <= hi2 and lo2 <= hi for m, lo, hi in a for n, lo2, hi2 in b)
-        return hit(self.writes, other.reads + other.writes) or hit(self.reads, other.writes)
-
-
-FIELDS = ("dst", "src", "wgt")
-
-
-@dataclass(frozen=True)
-class LoopItem:
-    """A GEMM or ALU before its micro-ops are placed: the kernel (each micro-op's SRAM indices at
-    loop position 0), the loop fields and the instruction's other fields."""
-    kind: type
-    kernel: tuple
-    loops: dict
-    fields: dict
-
-    def instruction(self, uop_bgn, uop_end):
-        return self.kind(uop_bgn=uop_bgn, uop_end=uop_end, **self.loops, **self.fields)
-
-    @cached_property
-    def access(self):
-        """The SRAM intervals it reads and writes over all loop positions."""
-        steps = (self.loops["iter_out"] - 1, self.loops["iter_in"] - 1)
-        lo, hi = {}, {}
-        for i, f in enumerate(FIELDS):
-            span = steps[0] * self.loops.get(f"{f}_factor_out", 0) + steps[1] * self.loops.get(f"{f}_factor_in", 0)
-            lo[f], hi[f] = min(u[i] for u in self.kernel), max(u[i] for u in self.kernel) + span
-        writes = [("acc", lo["dst"], hi["dst"]), ("out", lo["dst"], hi["dst"])]
-        if self.kind is Gemm:
-            reads = [] if self.fields["reset"] else [("inp", lo["src"], hi["src"]), ("wgt", lo["wgt"], hi["wgt"])]
-        else:
-            reads = [("acc", lo["dst"], hi["dst"])]
-            if not self.fields["use_imm"]:
-                reads.append(("acc", lo["src"], hi["src"]))
-        return Access(C, reads, writes)
-
-    @cached_property
-    def rows_written(self):
-        """The accumulator rows it writes, exactly."""
-        n_out, n_in = self.loops["iter_out"], self.loops["iter_in"]
-        f_out, f_in = self.loops["dst_factor_out"], self.loops["dst_factor_in"]
-        return {u[0] + o * f_out + i * f_in for u in self.kernel for o in range(n_out) for i in range(n_in)}
-
-    def splittable(self, parts):
-        """Whether it is a GEMM worth splitting into ``parts``: each piece runs long enough to pay for
-        its own instruction, and the pieces' micro-ops (each its own copy, loaded with the program's
-        others before the first instruction computes) are few."""
-        n = self.loops["iter_out"]
-        return (self.kind is Gemm and not self.fields["reset"] and n > 1
-                and n // min(parts, n) * self.loops["iter_in"] * len(self.kernel) >= _PIECE_MIN_UOPS
-                and (min(parts, n) - 1) * len(self.kernel) <= _PIECES_MAX_UOPS)
-
-    def split_outer(self, parts):
-        """The same work as ``parts`` ops (or fewer) over consecutive runs of outer-loop iterations."""
-        n = self.loops["iter_out"]
-        size = -(-n // parts)
-        steps = [self.loops.get(f"{f}_factor_out", 0) for f in FIELDS]
-        return [LoopItem(self.kind, tuple(tuple(x + o * step for x, step in zip(u, steps)) for u in self.kernel),
-                        self.loops | {"iter_out": min(size, n - o)}, self.fields) for o in range(0, n, size)]
-
-
-@dataclass(frozen=True)
-class DmaItem:
-    """A LOAD or STORE with what it touches. ``reusable``: a LOAD from an input tensor, skipped when the
-    same data is still in place; ``whole``: the LOAD this one is a piece of."""
-    insn: object
-    access: Access
-    reusable: bool
-    whole: "DmaItem" = None
 
 
 #: Micro-op iterations below which a GEMM piece is not worth an instruction (up to 14 cycles of its own
@@ -113,6 +32,17 @@ _PIECE_MIN_UOPS, _PIECES_MAX_UOPS = 64, 64
 #: (`tilewright bench resnet18`): halves at the start (of 2, 3, 4, 8 and doubling runs), quarters at
 #: the end (of 2, 4 and 8); each piece costs some cycles of its own.
 PROLOGUE_PIECES, EPILOGUE_PIECES = 2, 4
+
+
+def _splittable(op, parts):
+    """Whether ``op`` is a GEMM worth splitting into ``parts``: each piece runs long enough to pay for its own
+    instruction, and the pieces' micro-ops (each its own copy, loaded with the program's others before the
+    first instruction computes) are few."""
+    if not isinstance(op, LoopItem) or op.kind is not Gemm or op.fields["reset"]:
+        return False
+    n = op.loops["iter_out"]
+    return (n > 1 and n // min(parts, n) * op.loops["iter_in"] * len(op.kernel) >= _PIECE_MIN_UOPS
+            and (min(parts, n) - 1) * len(op.kernel) <= _PIECES_MAX_UOPS)
 
 
 def pipeline_ends(items, cfg):
@@ -137,7 +67,7 @@ def _pipelined_start(head, gemms, cfg):
     """``head + gemms`` (the items before the first GEMM, and from it to the load stream's next item),
     split and reordered so that the first GEMM piece waits for part of the loads only; unchanged
     unless the first GEMM splits and so does a load."""
-    if not gemms[0].splittable(PROLOGUE_PIECES):
+    if not _splittable(gemms[0], PROLOGUE_PIECES):
         return head + gemms
     pieces, origin = _split_gemms(gemms, PROLOGUE_PIECES)
     loads = _loads_by_first_use(head, pieces, origin)
@@ -159,12 +89,14 @@ def _pipelined_end(items):
     after it reads only rows of its first piece."""
     out = []
     for i, item in enumerate(items):
-        pieces = (item.split_outer(EPILOGUE_PIECES) if isinstance(item, LoopItem) and item.splittable(EPILOGUE_PIECES)
-                  else [item])
-        last = len(pieces) > 1 and not any(isinstance(later, LoopItem) and later.access.conflicts(item.access)
-                                           for later in items[i + 1:])
-        early = last and any(later.access.stream == S and _within(later.access.reads, pieces[0].rows_written)
-                             for later in items[i + 1:])
+        if not _splittable(item, EPILOGUE_PIECES) or any(
+                isinstance(later, LoopItem) and later.access.conflicts(item.access) for later in items[i + 1:]):
+            out.append(item)        # (not the last GEMM on its rows)
+            continue
+        first, *rest = pieces = item.split_outer(EPILOGUE_PIECES)
+        # a STORE of the first piece's rows that no later piece holds back (tokens go by intervals)
+        early = any(later.access.stream == S and _within(later.access.reads, first.rows_written)
+                    and not any(later.access.conflicts(p.access) for p in rest) for later in items[i + 1:])
         out += pieces if early else [item]
     return out
 
@@ -179,7 +111,7 @@ def _split_gemms(items, parts):
     map from each piece's ``id`` to the GEMM it came from."""
     out, origin, run = [], {}, []
     for item in items + [None]:
-        if isinstance(item, LoopItem) and item.splittable(parts):
+        if _splittable(item, parts):
             run.append(item)
             continue
         if run:
@@ -217,11 +149,16 @@ def _loads_by_first_use(head, prologue, origin):
     rest = [item for item in head if item.access.stream != L]
     pieces = []
     for d in loads:
-        op = prologue[first_use(d.access)] if first_use(d.access) < len(prologue) else None
+        use = first_use(d.access)
+        op = prologue[use] if use < len(prologue) else None
         pieces += _load_pieces(d, origin.get(id(op), op), first_use) if isinstance(op, LoopItem) else [d]
     if any(a.access.conflicts(b.access) for i, a in enumerate(pieces) for b in pieces[i + 1:] + rest):
         return head             # (loads that overlap keep their order)
     return sorted(pieces, key=lambda d: first_use(d.access)) + rest
+
+
+#: The GEMM loop field that steps through each memory a LOAD fills, per outer iteration.
+_FACTOR_OUT = {"inp": "src_factor_out", "wgt": "wgt_factor_out"}
 
 
 def _load_pieces(d, op, first_use):
@@ -230,12 +167,14 @@ def _load_pieces(d, op, first_use):
     insn, (mem, lo, _) = d.insn, d.access.writes[0]
     if not isinstance(insn, Load) or isinstance(insn.dram_base, tuple):
         return [d]
-    if insn.y_size > 1 and not (insn.y_pad0 or insn.y_pad1):
+    if insn.y_pad0 or insn.y_pad1:
+        return [d]
+    if insn.y_size > 1:
         unit, n, along = insn.sram_cols, insn.y_size, "y_size"
         dram_step = insn.x_stride
     else:
-        unit = op.loops.get({"inp": "src", "wgt": "wgt"}.get(mem, "") + "_factor_out", 0)
-        if insn.y_size != 1 or insn.x_pad0 or insn.x_pad1 or not 0 < unit < insn.x_size or insn.x_size % unit:
+        unit = op.loops[_FACTOR_OUT[mem]] if mem in _FACTOR_OUT else 0
+        if insn.x_pad0 or insn.x_pad1 or not 0 < unit < insn.x_size or insn.x_size % unit:
             return [d]
         n, along, dram_step = insn.x_size // unit, "x_size", unit
     uses = [first_use(Access(L, [], [(mem, lo + k * unit, lo + (k + 1) * unit - 1)])) for k in range(n)]

@@ -8,7 +8,7 @@ from tilewright.compiler import build
 from tilewright.compiler import ops
 from tilewright.compiler.ops import Conv2dSpec, ConvTiles, conv2d
 from tilewright.config import load_config
-from tilewright.isa import Load, MemType
+from tilewright.isa import Alu, Load, MemType, Store
 from tilewright.runtime import get_device
 from tilewright.runtime.layout import pack_bias, pack_nchw, pack_oihw, unpack_nchw
 from tilewright.runtime.reference import conv2d_reference
@@ -43,6 +43,7 @@ def test_a_strided_1x1_conv_loads_only_the_input_rows_it_reads(backend, rows):
     tiles = ConvTiles(out_channels=1, rows=rows, cols=6, in_channels=1, threads=2, thread_axis="out_channels")
     program, _ = _run(backend, cfg, spec, tiles, np.random.default_rng(rows))
     in_blocks = spec.in_channels // cfg.block_in
+    # (with one output row per tile the rows are the same either way: rows=3 tells them apart)
     # each output row reads one input row of all columns it spans (2·6 - 1 = 11 of 12), once per channel tile
     channel_tiles = spec.out_channels // cfg.block_out
     assert _loaded(program, MemType.INP) == channel_tiles * in_blocks * spec.out_height * 11
@@ -58,6 +59,9 @@ def test_a_layers_bias_is_loaded_once_when_its_tiles_would_load_it_again(backend
     monkeypatch.setattr(ops, "_epilogue_resident", lambda *args: False)
     per_tile, per_tile_stats = _run(backend, cfg, spec, tiles, np.random.default_rng(5))
     blocks = spec.out_channels // cfg.block_out
+    # the bias still added on the store path, not by the ALU
+    assert not any(isinstance(i, Alu) for i in program.instructions)
+    assert sum(isinstance(i, Store) and i.set_bias for i in program.instructions) == blocks * 2   # 2 row tiles
     assert _loaded(program, MemType.ACC) == blocks          # all of it, once
     assert sum(isinstance(i, Load) and i.memory_type == MemType.ACC for i in program.instructions) == 1
     assert _loaded(per_tile, MemType.ACC) == blocks and sum(
