@@ -18,7 +18,7 @@ from .items import Access, DmaItem, LoopItem
 
 __all__ = ["pipeline_ends"]
 
-L, C, S = Stream.LOAD, Stream.COMPUTE, Stream.STORE
+L, S = Stream.LOAD, Stream.STORE
 
 
 #: Micro-op iterations below which a GEMM piece is not worth an instruction (up to 14 cycles of its own
