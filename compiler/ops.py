@@ -310,13 +310,18 @@ def conv_cycles(spec, cfg, t):
     return conv_cost(spec, cfg, t).cycles
 
 
+def _conv_tile_counts(spec, cfg, t):
+    """The tile loops virtual threads may split, with their tile counts (the names :func:`_thread_axis` takes)."""
+    return {"out_channels": spec.out_channels // cfg.block_out // t.out_channels, "rows": spec.out_height // t.rows}
+
+
 def _epilogue_resident(spec, cfg, t):
     """Whether the layer's bias and scale stay on chip whole, loaded once: when its output-channel tiles
     would load them again between a thread's tiles (a compute-stream LOAD there stalls the GEMMs) and
     they fit beside the tiles."""
     per_channel = spec.bias + spec.scale
     OB = spec.out_channels // cfg.block_out
-    tile_counts = {"out_channels": OB // t.out_channels, "rows": spec.out_height // t.rows}
+    tile_counts = _conv_tile_counts(spec, cfg, t)
     on_channels = t.threads > 1 and _thread_axis(t.threads, t.thread_axis, tile_counts) == "out_channels"
     if not per_channel or tile_counts["out_channels"] <= (t.threads if on_channels else 1):
         return False
@@ -400,8 +405,8 @@ def conv_space(spec, config="default"):
 
     def problem(p):
         t = ConvTiles(**p)
-        tile_counts = {"out_channels": OB // t.out_channels, "rows": spec.out_height // t.rows}
-        return _split_problem(t.threads, t.thread_axis, tile_counts) or _fit_problem(c, *_conv_needs(spec, c, t))
+        return (_split_problem(t.threads, t.thread_axis, _conv_tile_counts(spec, c, t))
+                or _fit_problem(c, *_conv_needs(spec, c, t)))
     return Space("conv2d/v2", knobs, problem, lambda p: ConvTiles(**p))
 
 
