@@ -7,11 +7,14 @@ Measures, in one run: import + quantize + compile time, fsim run time
 per-tensor weights; the first convolution (3 input channels) as im2col +
 1×1 conv, with its channels padded to the block, or on the host; with
 ``--rtl``, the whole model on the cycle-accurate RTL for the first two and
-for per-tensor weights (cycles per layer, output equal to fsim).
+for per-tensor weights (cycles per layer, MACs per cycle against the
+array's peak, output equal to fsim), and the default model's wall time with
+its layers simulated one after another and ``--workers`` at once.
 """
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -21,6 +24,7 @@ import numpy as np
 from tilewright.compiler.graph import load_onnx, run_graph
 from tilewright.compiler.graph.quantize import sqnr_db
 from tilewright.compiler.graph.zoo import resnet18
+from tilewright.runtime.device import get_devices
 from tilewright.runtime.model import compile_model
 
 
@@ -38,6 +42,8 @@ def main():
     ap.add_argument("--config", default="default")
     ap.add_argument("--rtl", action="store_true", help="also run the whole model on the RTL")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/resnet18_model.json"))
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                    help="RTL simulations at once for the side-by-side run (default: one per core)")
     args = ap.parse_args()
 
     onnx_bytes = resnet18().SerializeToString()
@@ -77,23 +83,48 @@ def main():
               f"host {split['host'] * 1e3:6.1f} ms", flush=True)
 
     if args.rtl:
+        cfg = models["per-channel"].config
+        peak = cfg.batch * cfg.block_in * cfg.block_out
+        get_devices("rtl", cfg, args.workers)       # (the harnesses start before the clock does)
         for variant, model in (("im2col", variants["im2col"]), ("pad", variants["pad"]),
                                ("per-tensor", models["per-tensor"])):
             fsim_out = model.run(x)
             (rtl_out, profile), rtl_seconds = timed(lambda: model.run(x, backend="rtl", profile=True))
             cycles = {r["node"]: r["cycles"] for r in profile if r["cycles"]}
+            total, macs = sum(cycles.values()), sum(r["macs"] for r in profile)
+            uops = {kind: sum(r.get(f"{kind}_uops") or 0 for r in profile) for kind in ("gemm", "alu")}
             equal = all(np.array_equal(fsim_out[k], rtl_out[k]) for k in fsim_out)
-            print(f"RTL ({variant}): {sum(cycles.values())} cycles for the whole model ({rtl_seconds:.0f} s), first "
-                  f"conv {cycles[first]} cycles; output {'equals' if equal else 'DIFFERS from'} fsim", flush=True)
+            print(f"RTL ({variant}): {total} cycles for the whole model ({rtl_seconds:.1f} s), "
+                  f"{macs / total:.1f} MACs/cycle ({macs / total / peak:.1%} of {peak}), first conv {cycles[first]} "
+                  f"cycles; GEMM micro-ops {uops['gemm']}, ALU micro-ops {uops['alu']}, the other "
+                  f"{total - uops['gemm'] - uops['alu']} cycles waiting or moving data; output "
+                  f"{'equals' if equal else 'DIFFERS from'} fsim", flush=True)
             if not equal:
                 raise SystemExit("the RTL and fsim disagree")
             if variant == "per-tensor":
-                result["per-tensor"]["rtl_total_cycles"] = sum(cycles.values())
+                result["per-tensor"]["rtl_total_cycles"] = total
+                result["per-tensor"] |= {"rtl_of_peak": macs / total / peak, "rtl_gemm_uops": uops["gemm"],
+                                         "rtl_alu_uops": uops["alu"]}
                 continue
             result["first_conv"][variant]["rtl_cycles"] = cycles[first]
             if variant == "im2col":
-                result["rtl"] = {"seconds": rtl_seconds, "total_cycles": sum(cycles.values()), "cycles": cycles,
-                                 "equals_fsim": equal, "macs": sum(r["macs"] for r in profile)}
+                result["rtl"] = {"seconds": rtl_seconds, "total_cycles": total,
+                                 "equals_fsim": equal, "macs": macs, "macs_per_cycle": macs / total,
+                                 "of_peak": macs / total / peak, "gemm_uops": uops["gemm"], "alu_uops": uops["alu"],
+                                 "layers": {r["node"]: {k: r.get(k) for k in ("cycles", "macs", "gemm_uops", "alu_uops")}
+                                            for r in profile if r["where"] == "accelerator"},
+                                 "host_nodes": [r["node"] for r in profile if r["where"] == "host"]}
+                (side, side_profile), side_seconds = timed(
+                    lambda: model.run(x, backend="rtl", profile=True, workers=args.workers))
+                same = (all(np.array_equal(side[k], rtl_out[k]) for k in rtl_out)
+                        and [r["cycles"] for r in side_profile] == [r["cycles"] for r in profile])
+                print(f"RTL ({variant}), {args.workers} layers at once: {side_seconds:.1f} s "
+                      f"({rtl_seconds / side_seconds:.2f}x faster); outputs and cycles "
+                      f"{'equal' if same else 'DIFFER from'} the run above", flush=True)
+                if not same:
+                    raise SystemExit("the side-by-side run differs from the one after another")
+                result["rtl"] |= {"workers": args.workers, "seconds_side_by_side": side_seconds,
+                                  "simulated_cycles_per_second": total / rtl_seconds}
 
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))

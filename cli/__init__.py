@@ -7,6 +7,7 @@ status 1, never a traceback.
 
 import argparse
 import json
+import os
 import sys
 import time
 import zipfile
@@ -278,11 +279,16 @@ def cmd_run(args):
             path = args.output if args.output.endswith(".npy" if single else ".npz") else \
                 args.output + (".npy" if single else ".npz")
             _output_path(path, args.model, args.input)
-        print(f"running {args.model} on {args.backend} (config {model.config.name})", flush=True)
         if (args.backend == "fpga") != (args.port is not None):
             raise CliError("--backend fpga needs --port (a board's serial port or `tilewright fpga simulate`'s)"
                            if args.port is None else "--port is for --backend fpga")
-        outputs, rows = model.run(inputs, backend=args.backend, port=args.port, profile=True, progress=True)
+        if args.workers is not None and args.backend != "rtl":
+            raise CliError("--workers is for --backend rtl (several RTL simulations at once)")
+        workers = (args.workers or os.cpu_count() or 1) if args.backend == "rtl" else 1
+        side_by_side = f", {workers} layers at once" if workers > 1 else ""
+        print(f"running {args.model} on {args.backend} (config {model.config.name}{side_by_side})", flush=True)
+        outputs, rows = model.run(inputs, backend=args.backend, port=args.port, profile=True, progress=True,
+                                  workers=workers)
     except _model_errors() as e:
         raise CliError(str(e)) from None
     if path:
@@ -460,6 +466,8 @@ def _parser():
     sp.add_argument("--backend", choices=["fsim", "rtl", "fpga"], default="fsim")
     sp.add_argument("--port", help="with --backend fpga: the board's serial port (or a simulated board's)")
     sp.add_argument("--profile", action="store_true", help="print where each node ran, its time and cycles")
+    sp.add_argument("--workers", type=_positive_int, help="with --backend rtl: RTL simulations at once, each layer "
+                                                          "from fsim's input for it (default: one per core)")
     sp.set_defaults(func=cmd_run)
 
     from .tune import add_parser as add_tune_parser

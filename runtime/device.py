@@ -13,7 +13,8 @@ from tilewright import isa
 from tilewright.config import load_config
 from tilewright.compiler.program import segment_align
 
-__all__ = ["DeviceError", "Device", "FsimDevice", "RtlDevice", "get_device", "forget_device", "BACKENDS", "counter_stats"]
+__all__ = ["DeviceError", "Device", "FsimDevice", "RtlDevice", "get_device", "get_devices", "forget_device", "BACKENDS",
+           "counter_stats"]
 
 
 class DeviceError(RuntimeError):
@@ -173,9 +174,11 @@ BACKENDS = {"fsim": FsimDevice, "rtl": RtlDevice, "fpga": _fpga_device}
 
 
 def forget_device(backend, config, *, port=None):
-    """Drop the shared device of ``backend`` for ``config`` (the next :func:`get_device` makes a new one):
-    after its simulator process died, say."""
-    _DEVICES.pop((backend, load_config(config).fingerprint, port), None)
+    """Drop the shared devices of ``backend`` for ``config`` (the next :func:`get_device` makes a new one):
+    after a simulator process died, say."""
+    fingerprint = load_config(config).fingerprint
+    for key in [k for k in _DEVICES if k[:3] == (backend, fingerprint, port)]:
+        del _DEVICES[key]
 
 
 def get_device(backend="fsim", config="default", *, port=None):
@@ -194,3 +197,18 @@ def get_device(backend="fsim", config="default", *, port=None):
     if key not in _DEVICES:
         _DEVICES[key] = BACKENDS[backend](cfg, **({"port": port} if port else {}))
     return _DEVICES[key]
+
+
+def get_devices(backend, config, count):
+    """``count`` shared devices of ``backend`` ("fsim" or "rtl") for ``config`` that can run at the same time, from
+    threads: each RTL device is a harness process of its own. The first is :func:`get_device`'s."""
+    if backend == "fpga":
+        raise DeviceError("the fpga backend is one board: it runs one program at a time")
+    devices = [get_device(backend, config)]
+    cfg = devices[0].cfg
+    for k in range(1, count):
+        key = (backend, cfg.fingerprint, None, k)
+        if key not in _DEVICES:
+            _DEVICES[key] = BACKENDS[backend](cfg)
+        devices.append(_DEVICES[key])
+    return devices

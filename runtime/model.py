@@ -16,13 +16,16 @@
 :meth:`CompiledModel.run` executes it on ``fsim`` or ``rtl`` (the same
 call), packing activations into the accelerator layout at each layer and
 unpacking the result; with ``profile=True`` it also returns one row per node
-(where it ran, seconds, accelerator cycles when the backend counts them).
+(where it ran, seconds, accelerator cycles when the backend counts them,
+GEMM and ALU micro-ops).
 :meth:`CompiledModel.save` / :func:`load_model` write and read one ``.twm``
 file (a zip: a JSON header with the config, graph and placement; programs,
 packed weights and host constants as arrays).
 """
 
+import concurrent.futures
 import json
+import queue
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -45,7 +48,7 @@ from tilewright.config import HwConfig, load_config
 from .progress import Progress
 
 from .api import compile_conv2d, compile_dense
-from .device import get_device
+from .device import DeviceError, get_device, get_devices
 from .layout import pack_bias, pack_grouped, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
 
 __all__ = ["CompiledModel", "Step", "compile_model", "load_model", "ACCELERATOR_OPS", "FORMAT"]
@@ -128,10 +131,16 @@ class CompiledModel:
             raise ModelError(f"the model has no input(s) {', '.join(sorted(unknown))}")
         return feeds, (count if self.dynamic_batch else self.batch)
 
-    def run(self, inputs, *, backend="fsim", port=None, profile=False, progress=False):
+    def run(self, inputs, *, backend="fsim", port=None, profile=False, progress=False, workers=1):
         """Outputs by name (and, with ``profile``, per-node rows) for ``inputs``: an array, or a dict by name.
 
         ``backend`` is ``"fsim"``, ``"rtl"`` or ``"fpga"`` (with ``port``, a board's serial port).
+
+        ``workers`` > 1 (``rtl`` only) runs that many RTL simulations at once: fsim computes every
+        accelerator layer's input first, the layers then run on the RTL side by side, and each layer's
+        output must equal fsim's (a :class:`DeviceError` names the first that does not). The outputs, the
+        cycles and the per-node rows are those of one RTL run after another (each layer starts from an
+        input the RTL would have computed bit for bit), in about ``1 / workers`` of the time.
 
         With a dynamic batch dimension any number of samples can be given;
         they run in chunks of the compiled batch.
@@ -139,7 +148,13 @@ class CompiledModel:
         feeds, count = self._inputs(inputs)
         if count == 0:
             raise ModelError("the inputs hold no samples (batch dimension 0)")
-        device = get_device(backend, self.config, port=port)
+        if not isinstance(workers, (int, np.integer)) or workers < 1:
+            raise ModelError(f"workers={workers!r}: must be a positive integer")
+        if workers > 1 and backend != "rtl":
+            raise ModelError(f"workers={workers}: several layers at once is for the rtl backend, not {backend}")
+        device = get_devices(backend, self.config, workers) if workers > 1 else get_device(backend, self.config,
+                                                                                             port=port)
+        run_chunk = self._run_chunk_side_by_side if workers > 1 else self._run_chunk
         rows = {s.name: dict(node=s.name, op=s.node.op, where=s.where, seconds=0.0, cycles=None, macs=s.macs)
                 for s in self.steps}
         starts = range(0, count, self.batch)
@@ -148,7 +163,7 @@ class CompiledModel:
             for start in starts:
                 chunk = {k: _pad_batch(v[start:start + self.batch], self.batch) if self.dynamic_batch else v
                          for k, v in feeds.items()}
-                results.append(self._run_chunk(chunk, device, rows))
+                results.append(run_chunk(chunk, device, rows))
                 bar.advance(f"samples {start + 1}-{min(start + self.batch, count)}")
         outputs = {name: np.concatenate([r[name] for r in results])[:count] if self.dynamic_batch else results[0][name]
                    for name in results[0]}
@@ -166,8 +181,7 @@ class CompiledModel:
             start = time.perf_counter()
             if step.where == "accelerator":      # weights, bias and scale are packed in the step
                 outs, stats = self._run_on_accelerator(step, env, device)
-                if "cycles" in stats:
-                    rows[step.name]["cycles"] = (rows[step.name]["cycles"] or 0) + stats["cycles"]
+                _count(rows[step.name], stats)
             else:
                 outs = run_node(step.node, [env[i] if i else None for i in step.node.inputs], self.graph.opset)
             rows[step.name]["seconds"] += time.perf_counter() - start
@@ -175,17 +189,68 @@ class CompiledModel:
         return {o.name: env[o.name] for o in self.graph.outputs}
 
     def _run_on_accelerator(self, step, env, device):
+        out, stats = device.run_program(step.program, self._accelerator_tensors(step, env))
+        return [self._unpacked(step, env, out["out"])], stats
+
+    def _accelerator_tensors(self, step, env):
+        """The program inputs of accelerator ``step``: its activations packed, its weights, bias and scale."""
         c, node = self.config, step.node
         x = env[layer_input(node, "data")]
         if node.op == "QConv":
             tensors = {"data": pack_nchw(x, c.batch, c.block_in), **step.packed}
             if layer_input(node, "residual"):
                 tensors["residual"] = pack_nchw(env[layer_input(node, "residual")], c.batch, c.block_out)
-            out, stats = device.run_program(step.program, tensors)
-            return [unpack_nchw(out["out"], x.shape[0], step.out_channels)], stats
-        tensors = {"data": pack_rows(x, c.batch, c.block_in), **step.packed}
-        out, stats = device.run_program(step.program, tensors)
-        return [unpack_rows(out["out"], x.shape[0], step.out_channels)], stats
+            return tensors
+        return {"data": pack_rows(x, c.batch, c.block_in), **step.packed}
+
+    def _unpacked(self, step, env, out):
+        """Accelerator ``step``'s packed output as the node's tensor."""
+        samples = env[layer_input(step.node, "data")].shape[0]
+        return (unpack_nchw if step.node.op == "QConv" else unpack_rows)(out, samples, step.out_channels)
+
+    def _run_chunk_side_by_side(self, feeds, devices, rows):
+        """:meth:`_run_chunk` with the accelerator layers on several RTL ``devices`` at once: fsim computes
+        their inputs (see :meth:`run`)."""
+        reference = get_device("fsim", self.config)
+        idle = queue.SimpleQueue()
+        for device in devices:
+            idle.put(device)
+
+        def on_rtl(step, tensors):
+            device = idle.get()
+            try:
+                start = time.perf_counter()
+                out, stats = device.run_program(step.program, tensors)
+                return out["out"], stats, time.perf_counter() - start
+            finally:
+                idle.put(device)
+
+        env, runs = dict(self.graph.constants), []
+        env.update(feeds)
+        with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
+            try:
+                for step in self.steps:
+                    if step.where == "accelerator":
+                        tensors = self._accelerator_tensors(step, env)
+                        on_device = pool.submit(on_rtl, step, tensors)
+                        out, _ = reference.run_program(step.program, tensors)
+                        runs.append((step, on_device, out["out"]))
+                        outs = [self._unpacked(step, env, out["out"])]
+                    else:
+                        start = time.perf_counter()
+                        outs = run_node(step.node, [env[i] if i else None for i in step.node.inputs], self.graph.opset)
+                        rows[step.name]["seconds"] += time.perf_counter() - start
+                    env.update(zip(step.node.outputs, outs))
+                for step, future, expected in runs:
+                    out, stats, seconds = future.result()
+                    if not np.array_equal(out, expected):
+                        raise DeviceError(f"{step.name}: the RTL's output differs from fsim's on the same input")
+                    rows[step.name]["seconds"] += seconds
+                    _count(rows[step.name], stats)
+            finally:        # (a failure: the layers not yet started need not run)
+                for _, future, _ in runs:
+                    future.cancel()
+        return {o.name: env[o.name] for o in self.graph.outputs}
 
     # -- files ----------------------------------------------------------------------------------
 
@@ -270,6 +335,14 @@ def _from_header(header, archive):
                   g["name"], g["opset"])
     return CompiledModel(graph, cfg, steps, batch=header["batch"], dynamic_batch=header["dynamic_batch"],
                          meta=header["meta"])
+
+
+def _count(row, stats):
+    """Add a run's ``stats`` to its profile ``row``: cycles where the backend counts them, and the GEMM and
+    ALU micro-ops (one a cycle at most: what is left of the cycles is waiting and moving data)."""
+    for key in ("cycles", "gemm_uops", "alu_uops"):
+        if key in stats:
+            row[key] = (row.get(key) or 0) + stats[key]
 
 
 def _info_json(info):

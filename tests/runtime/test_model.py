@@ -55,6 +55,44 @@ def test_rtl_equals_fsim_and_counts_cycles(compiled):
     assert all(r["cycles"] > 0 for r in accel) and all(r["cycles"] is None for r in rows if r["where"] == "host")
 
 
+def test_rtl_layers_side_by_side_equal_one_after_another(compiled):
+    """Two RTL simulations at once, each layer from fsim's input for it: the outputs and every layer's cycles
+    are those of the RTL run layer after layer."""
+    x = np.random.default_rng(4).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    one, rows_one = compiled.run(x, backend="rtl", profile=True)
+    two, rows_two = compiled.run(x, backend="rtl", profile=True, workers=2)
+    for k in one:
+        np.testing.assert_array_equal(two[k], one[k])
+    assert [(r["node"], r["cycles"]) for r in rows_two] == [(r["node"], r["cycles"]) for r in rows_one]
+    assert sum(r["cycles"] or 0 for r in rows_two) > 0
+
+
+def test_rtl_side_by_side_names_a_layer_that_differs_from_fsim(compiled, monkeypatch):
+    """Each layer's RTL output is checked against fsim's: a difference (here fsim made to disagree on the
+    third accelerator layer) names that layer."""
+    from tilewright.runtime.device import DeviceError, FsimDevice
+    third = [s for s in compiled.steps if s.where == "accelerator"][2]
+    real = FsimDevice.run_program
+
+    def wrong_on_third(self, program, tensors):
+        out, stats = real(self, program, tensors)
+        if program is third.program:
+            out["out"] = out["out"] ^ 1
+        return out, stats
+    monkeypatch.setattr(FsimDevice, "run_program", wrong_on_third)
+    x = np.random.default_rng(4).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    with pytest.raises(DeviceError, match=f"^{third.name}: the RTL's output differs from fsim's"):
+        compiled.run(x, backend="rtl", workers=2)
+
+
+@pytest.mark.parametrize("backend, workers, message", [("fsim", 2, "for the rtl backend"),
+                                                       ("rtl", 0, "must be a positive integer")])
+def test_bad_worker_counts_are_model_errors(compiled, backend, workers, message):
+    x = np.zeros((1, 3, 12, 12), np.float32)
+    with pytest.raises(ModelError, match=message):
+        compiled.run(x, backend=backend, workers=workers)
+
+
 def test_save_load_round_trip(compiled, tmp_path):
     path = tmp_path / "m.twm"
     compiled.save(path)
@@ -210,6 +248,10 @@ def test_cli_compile_and_run(files, capsys):
     y = np.load(files / "y.npy")
     expected = load_model(files / "m.twm").run(np.load(files / "x.npy"))
     np.testing.assert_array_equal(y, next(iter(expected.values())))
+    assert main(["run", str(files / "m.twm"), "--input", str(files / "x.npy"), "--output", str(files / "r.npy"),
+                 "--backend", "rtl", "--workers", "2"]) == 0
+    assert "2 layers at once" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.load(files / "r.npy"), y)
 
 
 def _cli(*args):
@@ -218,7 +260,7 @@ def _cli(*args):
 
 @pytest.mark.parametrize("case", ["truncated onnx", "unsupported op", "wrong shape", "corrupted twm", "wrong dtype",
                                   "missing input file", "truncated npz", "bad batch", "bad percentile",
-                                  "percentile without its method"])
+                                  "percentile without its method", "workers on fsim"])
 def test_cli_bad_inputs_are_one_line_errors(files, case):
     d = files
     if case == "truncated onnx":
@@ -247,6 +289,8 @@ def test_cli_bad_inputs_are_one_line_errors(files, case):
                        "percentile", "--percentile", "150"), "percentile 150.0: must be in (0, 100]"
     elif case == "percentile without its method":
         r, what = _cli("compile", d / "m.onnx", "-o", d / "p.twm", "--percentile", "99"), "--method percentile"
+    elif case == "workers on fsim":
+        r, what = _cli("run", d / "m.twm", "--input", d / "x.npy", "--workers", "2"), "--workers is for --backend rtl"
     elif case == "bad batch":
         r, what = _cli("compile", d / "m.onnx", "-o", d / "b.twm", "--batch", "-1"), "--batch"
         assert r.returncode == 2 and "not a positive integer" in r.stderr     # argparse's usage error
