@@ -65,6 +65,7 @@ class Conv2dSpec:
     residual_shift: int = 0
     scale: bool = False           # per-output-channel multiplier of the accumulator (an ALU vector MUL)
     group_channels: int = 0       # 0: dense; k: groups of k channels inside a block (1: depthwise; see above)
+    residual_scale: bool = False  # the residual is multiplied by an int32 per-channel input (one ALU vector MUL)
 
     @property
     def out_height(self):
@@ -222,11 +223,16 @@ def conv2d_compute(spec, cfg):
         inputs["residual"] = te.placeholder(shape, f"int{c.out_width}", "residual")
     if spec.scale:
         inputs["scale"] = te.placeholder((OB, c.batch, c.block_out), acc, "scale")
+    if spec.residual_scale:
+        inputs["residual_scale"] = te.placeholder((OB, c.batch, c.block_out), acc, "residual_scale")
 
     scaled = None
-    if spec.residual and (spec.residual_mul != 1 or spec.residual_shift):   # rescaled in place on the ALU
-        def rescale(*i):
-            v = inputs["residual"][i].astype(acc) * spec.residual_mul
+    if spec.residual and (spec.residual_scale or spec.residual_mul != 1 or spec.residual_shift):
+        def rescale(n, o, y, x, b, oo):         # in place on the ALU
+            v = inputs["residual"][n, o, y, x, b, oo].astype(acc)
+            if spec.residual_scale:
+                return v * inputs["residual_scale"][o, b, oo]
+            v = v * spec.residual_mul
             return v << spec.residual_shift if spec.residual_shift else v
         scaled = te.compute(shape, rescale, "residual_scaled", dtype=acc)
 
@@ -249,6 +255,12 @@ def conv2d_compute(spec, cfg):
     return inputs, out, (padded, conv, res, scaled)
 
 
+def _per_channel_vectors(spec):
+    """How many int32 vectors of one entry per output channel block the epilogue reads: bias, scale and
+    the residual's scale, as the spec has them."""
+    return spec.bias + spec.scale + getattr(spec, "residual_scale", False)
+
+
 def _conv_needs(spec, cfg, t, compact=True):
     """SRAM entries (inp, wgt, acc) and micro-ops per GEMM of tiles ``t`` (``compact=False``: as if an input
     tile held every row between its first and last, which it does unless ``spec.compact_rows``)."""
@@ -258,7 +270,7 @@ def _conv_needs(spec, cfg, t, compact=True):
     inp = (t.out_channels if spec.block_diagonal else t.in_channels) * rows * cols
     wgt = t.out_channels * t.in_channels * KH * KW
     out = t.out_channels * t.rows * t.cols
-    acc = out + t.out_channels * (spec.bias + spec.scale) + (out if spec.residual else 0)
+    acc = out + t.out_channels * _per_channel_vectors(spec) + (out if spec.residual else 0)
     loops = sorted([t.out_channels, t.rows, t.cols, t.in_channels, KH, KW])
     uops = 1
     for n in loops[:-2]:
@@ -319,7 +331,7 @@ def _epilogue_resident(spec, cfg, t):
     """Whether the layer's bias and scale stay on chip whole, loaded once: when its output-channel tiles
     would load them again between a thread's tiles (a compute-stream LOAD there stalls the GEMMs) and
     they fit beside the tiles."""
-    per_channel = spec.bias + spec.scale
+    per_channel = _per_channel_vectors(spec)
     OB = spec.out_channels // cfg.block_out
     tile_counts = _conv_tile_counts(spec, cfg, t)
     on_channels = t.threads > 1 and _thread_axis(t.threads, t.thread_axis, tile_counts) == "out_channels"
@@ -421,6 +433,9 @@ def conv2d(spec, config="default", tiles=None):
                             f"them ({spec.group_channels})")
     if spec.out_height < 1 or spec.out_width < 1:
         raise ScheduleError(f"kernel {spec.kernel} does not fit the padded {spec.height}x{spec.width} input")
+    if spec.residual_scale and not (spec.residual and (spec.residual_mul, spec.residual_shift) == (1, 0)):
+        raise ScheduleError("residual_scale multiplies a residual in place of residual_mul and residual_shift: "
+                            "it needs residual=True and those at 1 and 0")
     t = tiles or conv_tiles(spec, cfg)
     inputs, out, (padded, conv, res, scaled) = conv2d_compute(spec, cfg)
     s = create_schedule(out)
@@ -434,8 +449,8 @@ def conv2d(spec, config="default", tiles=None):
     s[conv].set_scope("acc")
     s[res].set_scope("acc")
     weight_l = s.cache_read(inputs["weight"], "wgt", [conv])
-    extra = {n: s.cache_read(inputs[n], "acc", [scaled if n == "residual" and scaled is not None else res])
-             for n in ("bias", "residual", "scale") if n in inputs}
+    extra = {n: s.cache_read(inputs[n], "acc", [scaled if n.startswith("residual") and scaled is not None else res])
+             for n in ("bias", "residual", "scale", "residual_scale") if n in inputs}
     if scaled is not None:
         s[scaled].set_scope("acc")
 
@@ -455,7 +470,8 @@ def conv2d(spec, config="default", tiles=None):
         s[out].bind(vt, "vthread")
     s[out].reorder(*order, o_i, y_i, x_i, b, oo)
     tile = order[-1]
-    resident = [extra.pop(k) for k in ("bias", "scale") if k in extra] if _epilogue_resident(spec, cfg, t) else []
+    resident = ([extra.pop(k) for k in ("bias", "scale", "residual_scale") if k in extra]
+                if _epilogue_resident(spec, cfg, t) else [])
     for stage in resident:          # loaded once, before the first tile
         s[stage].compute_at(s[out], n)
     for stage in [conv, res] + list(extra.values()) + ([scaled] if scaled is not None else []):

@@ -23,11 +23,13 @@ from tilewright.compiler.ops import (Conv2dSpec, DenseSpec, conv2d as conv2d_sch
 from tilewright.compiler.schedule import ScheduleError
 from tilewright.config import load_config
 from tilewright.isa import IMM_BITS
+from tilewright.semantics import wrap
 
 from .device import get_device
 from .layout import pack_bias, pack_grouped, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
 
-__all__ = ["conv2d", "dense", "compile_conv2d", "compile_dense", "schedule_problem", "OperatorError"]
+__all__ = ["conv2d", "dense", "compile_conv2d", "compile_dense", "schedule_problem", "residual_rescale",
+           "OperatorError"]
 
 
 class OperatorError(ValueError):
@@ -132,6 +134,18 @@ def compile_dense(spec, config, tiles=None):
     return _compile(dense_schedule, ranked_dense_tiles, spec, config, tiles)
 
 
+def residual_rescale(residual_mul, residual_shift, channels, config):
+    """``(spec fields, packed tensors)`` of a residual added as ``(r · residual_mul) << residual_shift`` to
+    ``channels`` output channels: with a shift, one ALU vector MUL by ``residual_mul << residual_shift``
+    (``residual_scale``, wrapped to the accumulator width: the same integers, as MUL and the left shift both
+    keep the low bits) in place of a MUL and a shift; without, the immediate ``residual_mul``."""
+    cfg = load_config(config)
+    if not residual_shift:
+        return {"residual_mul": int(residual_mul), "residual_shift": 0}, {}
+    k = wrap(int(residual_mul) << int(residual_shift), cfg.acc_width)
+    return {"residual_scale": True}, {"residual_scale": pack_bias(np.full(channels, k), cfg.batch, cfg.block_out)}
+
+
 def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
            residual_mul=1, residual_shift=0, scale=None, groups=1, config="default", backend="fsim", port=None):
     """int8 NCHW ``data`` ⊛ int8 OIHW ``weight`` (+ int32 ``bias``) with the requantizing epilogue.
@@ -171,12 +185,12 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
     OH, OW = (H + 2 * padding - KH) // stride + 1, (W + 2 * padding - KW) // stride + 1
     if OH < 1 or OW < 1:
         raise OperatorError(f"a {KH}x{KW} kernel does not fit a {H}x{W} input padded by {padding}")
+    rescale, rescale_tensors = residual_rescale(residual_mul, residual_shift, O, cfg) if residual is not None \
+        else ({}, {})
     spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
                       (KH, KW), stride, padding, bias=bias is not None, residual=residual is not None,
-                      mul=int(mul), shift=int(shift), relu=bool(relu),
-                      residual_mul=int(residual_mul) if residual is not None else 1,
-                      residual_shift=int(residual_shift) if residual is not None else 0, scale=scale is not None,
-                      group_channels=C // groups if grouped else 0)
+                      mul=int(mul), shift=int(shift), relu=bool(relu), scale=scale is not None,
+                      group_channels=C // groups if grouped else 0, **rescale)
     if grouped and not groups_fit(cfg, C // groups):
         raise OperatorError(f"a grouped conv needs square GEMM blocks that its {C // groups}-channel groups divide; "
                             f"config {cfg.name} has block_in {cfg.block_in}, block_out {cfg.block_out}")
@@ -189,6 +203,7 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
         if residual.shape != (N, O, OH, OW):
             raise OperatorError(f"residual has shape {residual.shape}, the output is {(N, O, OH, OW)}")
         tensors["residual"] = pack_nchw(residual, cfg.batch, cfg.block_out)
+        tensors |= rescale_tensors
     program = compile_conv2d(spec, cfg)
     outputs, stats = get_device(backend, cfg, port=port).run_program(program, tensors)
     return unpack_nchw(outputs["out"], N, O), stats

@@ -47,7 +47,7 @@ from tilewright.compiler import files
 from tilewright.config import HwConfig, load_config
 from .progress import Progress
 
-from .api import compile_conv2d, compile_dense
+from .api import compile_conv2d, compile_dense, residual_rescale
 from .device import DeviceError, get_device, get_devices
 from .layout import pack_bias, pack_grouped, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
 
@@ -433,14 +433,12 @@ def _accelerator_step(node, shapes, consts, cfg, schedules=None):
     if node.op == "QConv":
         N, C, H, W = x_shape
         residual, grouped = bool(layer_input(node, "residual")), a.get("group", 1) != 1
+        rescale, packed = residual_rescale(a.get("residual_mul", 1), a.get("residual_shift", 0), O, cfg) \
+            if residual else ({}, {})
         spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
                           tuple(w.shape[2:]), a["stride"], a["padding"], residual=residual,
-                          residual_mul=a.get("residual_mul", 1) if residual else 1,
-                          residual_shift=a.get("residual_shift", 0) if residual else 0,
-                          group_channels=w.shape[1] if grouped else 0,
-                          **epilogue)
-        packed = {"weight": pack_grouped(w, cfg.block_out) if grouped
-                  else pack_oihw(w, cfg.block_out, cfg.block_in)}
+                          group_channels=w.shape[1] if grouped else 0, **rescale, **epilogue)
+        packed["weight"] = pack_grouped(w, cfg.block_out) if grouped else pack_oihw(w, cfg.block_out, cfg.block_in)
         op = "conv2d"
         macs = N * O * w.shape[1] * spec.out_height * spec.out_width * w.shape[2] * w.shape[3]
     else:

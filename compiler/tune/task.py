@@ -31,7 +31,7 @@ class LayerSpecError(ValueError):
 
 
 #: Spec fields added after tuning logs existed (left out of the key at 0, their default).
-_LATER_FIELDS = ("group_channels",)
+_LATER_FIELDS = ("group_channels", "residual_scale")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +101,8 @@ class Task:
             tensors = {"data": pack_rows(int8((s.batch, s.in_features)), c.batch, c.block_in),
                        "weight": pack_rows(int8((s.out_features, s.in_features)), c.block_out, c.block_in)}
             channels = s.out_features
-        for name in ("bias", "scale"):
-            if getattr(s, name):
+        for name in ("bias", "scale", "residual_scale"):
+            if getattr(s, name, False):
                 low, high = (-4096, 4096) if name == "bias" else (1, 64)
                 tensors[name] = pack_bias(rng.integers(low, high, channels, dtype=np.int32), c.batch, c.block_out)
         return tensors
@@ -207,7 +207,7 @@ def dram_bytes(task, point):
     c = task.config
     s, T = task.spec, point["threads"]
     e = {m: c.elem_bytes(m) for m in ("inp", "wgt", "acc", "out")}
-    epilogue = s.bias + s.scale
+    epilogue = ops._per_channel_vectors(s)
     if task.op == "dense":
         t = ops.DenseTiles(**point)
         NB, KB, MB = s.batch // c.batch, s.in_features // c.block_in, s.out_features // c.block_out

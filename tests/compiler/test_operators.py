@@ -478,3 +478,29 @@ def test_stats_scale_with_work():
     assert s2["gemm_uops"] >= 2 * (16 * 16 * 9 * 100 // 64)
     assert s2["gemm_uops"] > s1["gemm_uops"]
     assert s2["dram_bytes_written"] >= 2 * s1["dram_bytes_written"] - 64
+
+
+def test_a_shifted_residual_is_one_vector_multiply():
+    """``(r · mul) << shift`` becomes one ALU MUL by the vector ``mul << shift`` (the same integers modulo
+    2**32): the residual's ALU micro-ops halve, the output stays the reference's."""
+    rng = np.random.default_rng(5)
+    x, w = rng.integers(-128, 128, (1, 16, 6, 6), np.int8), rng.integers(-128, 128, (32, 16, 3, 3), np.int8)
+    res = rng.integers(-128, 128, (1, 32, 6, 6), np.int8)
+    alu_uops = {}
+    for r_mul, r_shift in ((300, 0), (300, 9)):
+        out, stats = tilewright.conv2d(x, w, padding=1, mul=3, shift=14, residual=res, residual_mul=r_mul,
+                                       residual_shift=r_shift, config="small")
+        np.testing.assert_array_equal(out, conv2d_ref(x, w, None, 1, 1, 3, 14, False, res, r_mul, r_shift))
+        alu_uops[r_shift] = stats["alu_uops"]
+    assert alu_uops[9] == alu_uops[0]           # (one MUL each: by the immediate, by the vector)
+    spec = Conv2dSpec(1, 16, 6, 6, 32, (3, 3), 1, 1, residual=True, residual_scale=True)
+    ops = [i.alu_op for i in build(conv2d_schedule(spec, "small")[0], "small").instructions if isinstance(i, isa.Alu)]
+    assert isa.AluOp.SHR not in ops and isa.AluOp.MUL in ops
+
+
+def test_residual_scale_needs_a_residual_without_its_immediates():
+    from tilewright.compiler.schedule import ScheduleError
+    for spec in (Conv2dSpec(1, 16, 6, 6, 16, residual_scale=True),
+                 Conv2dSpec(1, 16, 6, 6, 16, residual=True, residual_scale=True, residual_shift=3)):
+        with pytest.raises(ScheduleError, match="residual_scale"):
+            conv2d_schedule(spec, "small")
