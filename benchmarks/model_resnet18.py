@@ -4,7 +4,7 @@
 
 Measures, in one run: import + quantize + compile time, fsim run time
 (median of 3) and output SQNR against the float model, for per-channel and
-per-tensor weights; the first convolution (3 input channels) as im2col +
+per-tensor weights; fsim against the float reference at batch 1 and 16; the first convolution (3 input channels) as im2col +
 1×1 conv, with its channels padded to the block, or on the host; with
 ``--rtl``, the whole model on the cycle-accurate RTL for the first two and
 for per-tensor weights (cycles per layer, MACs per cycle against the
@@ -65,6 +65,19 @@ def main():
                         "accelerator_nodes": sum(s.where == "accelerator" for s in model.steps)}
         print(f"{mode:12} compile {compile_seconds:5.2f} s   fsim run {fsim_seconds:5.2f} s   "
               f"SQNR {result[mode]['sqnr_db']:5.1f} dB", flush=True)
+
+    # a batch of 16 images: the float reference and fsim (a program over the batch) on the same inputs
+    batch = 16
+    onnx16 = resnet18(batch=batch).SerializeToString()
+    x16 = rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)
+    model16 = compile_model(onnx16, args.config, calibration=rng.standard_normal((batch, 3, 224, 224)).astype(
+        np.float32))
+    _, float16 = timed(lambda: run_graph(load_onnx(onnx16), {"input": x16}), 3)
+    _, fsim16 = timed(lambda: model16.run(x16), 3)
+    result["batch16"] = {"float_host_seconds": float16, "fsim_run_seconds": fsim16}
+    print(f"batch {batch}: float reference {float16:.2f} s, fsim {fsim16:.2f} s ({fsim16 / float16:.2f}x); batch 1: "
+          f"float {float_seconds:.2f} s, fsim {result['per-channel']['fsim_run_seconds']:.2f} s "
+          f"({result['per-channel']['fsim_run_seconds'] / float_seconds:.2f}x)", flush=True)
 
     # the first convolution (3 input channels): im2col on the host + a 1x1 conv on the accelerator (the
     # default), the channels padded to the block, or the whole layer on the host

@@ -30,6 +30,7 @@ order and how far one stream can run ahead of another.
 
 import dataclasses
 import functools
+import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -227,7 +228,9 @@ class FunctionalSimulator:
         self._uop = np.zeros((3, c.uop_depth), dtype=np.int64)    # dst, src, wgt
         self._uop_fields = isa.uop_format(c).fields
         self._wgt_version, self._weight_cache = 0, {}
-        self._plans = {}            # GEMM/ALU instruction -> plan, until the next LOAD UOP
+        self._plans = {}            # (micro-ops' digest, GEMM/ALU instruction) -> plan
+        self._uop_key = hashlib.blake2b(self._uop.tobytes(), digest_size=16).digest()
+        self._transfer_plans = {}   # LOAD/STORE instruction -> plan (see _new_transfer_plan)
         self._program = None        # byte range of the running program's instructions, if run from DRAM
         self._depth = {mem: c.depth(mem) for mem in ("uop", "inp", "wgt", "acc", "out")}
         self.stats = RunStats()
@@ -415,29 +418,48 @@ class FunctionalSimulator:
     def _load(self, insn):
         if insn.moves_nothing:
             return
+        plan = self._transfer_plans.get(insn)
+        if plan is None:
+            plan = self._new_transfer_plan(insn, self._load_plan)
+        mt, raw, dtype, shape, padding, rows, target = plan
+        self.stats.dram_bytes_read[mt.dram_elem] += raw.size
+        block = np.ascontiguousarray(raw).view(dtype).reshape(shape)
+        if padding is not None:     # zero padding around the data
+            padded_shape, inside = padding
+            padded = np.zeros(padded_shape, dtype=block.dtype)
+            padded[inside] = block
+            block = padded
+        if target is None:          # micro-ops
+            words = block.reshape(rows.stop - rows.start, -1)[:, 0].astype(np.uint64)
+            for k, f in enumerate(self._uop_fields):
+                self._uop[k, rows] = ((words >> np.uint64(f.offset)) & np.uint64((1 << f.width) - 1)).astype(np.int64)
+            self._uop_key = hashlib.blake2b(self._uop.tobytes(), digest_size=16).digest()
+        else:
+            self._wgt_version += target is self._wgt
+            target[rows] = block.reshape((-1,) + target.shape[1:])
+
+    def _new_transfer_plan(self, insn, make):
+        """The cached plan ``make(insn)`` of a LOAD or STORE (range-checked once: a DRAM view and the SRAM
+        rows depend on the instruction alone, and a model runs the same instructions again and again)."""
+        if len(self._transfer_plans) >= 1 << 17:
+            self._transfer_plans.clear()
+        plan = self._transfer_plans[insn] = make(insn)
+        return plan
+
+    def _load_plan(self, insn):
+        """``(memory type, DRAM view, dtype, block shape, padding or None, SRAM rows, target buffer or None)``."""
         mt, c = insn.memory_type, self.cfg
         buffer = mt.buffer
         self._check_sram(insn, buffer)
-        elem = c.elem_bytes(mt.dram_elem)
-        raw = self._dram_rows(insn, elem)
-        self.stats.dram_bytes_read[mt.dram_elem] += raw.size
-        dtype = self._dram_dtype(mt)
-        block = np.ascontiguousarray(raw).view(dtype).reshape(insn.y_size, insn.x_size, -1)
-        if insn.sram_extent != insn.y_size * insn.x_size:     # zero padding around the data
-            padded = np.zeros((insn.sram_rows, insn.sram_cols, block.shape[-1]), dtype=block.dtype)
-            padded[insn.y_pad0:insn.y_pad0 + insn.y_size, insn.x_pad0:insn.x_pad0 + insn.x_size] = block
-            block = padded
-        block = block.reshape(insn.sram_extent, -1)
-        rows = slice(insn.sram_base, insn.sram_base + block.shape[0])
-        if mt == MemType.UOP:
-            self._plans.clear()
-            words = block[:, 0].astype(np.uint64)
-            for k, f in enumerate(self._uop_fields):
-                self._uop[k, rows] = ((words >> np.uint64(f.offset)) & np.uint64((1 << f.width) - 1)).astype(np.int64)
-        else:
-            target = {"inp": self._inp, "wgt": self._wgt, "acc": self._acc}[buffer]
-            self._wgt_version += buffer == "wgt"
-            target[rows] = block.reshape((-1,) + target.shape[1:])
+        raw = self._dram_rows(insn, c.elem_bytes(mt.dram_elem))
+        shape = (insn.y_size, insn.x_size, -1)
+        padding = None
+        if insn.sram_extent != insn.y_size * insn.x_size:
+            padding = ((insn.sram_rows, insn.sram_cols, raw.shape[1] // insn.x_size // self._dram_dtype(mt).itemsize),
+                       (slice(insn.y_pad0, insn.y_pad0 + insn.y_size), slice(insn.x_pad0, insn.x_pad0 + insn.x_size)))
+        rows = slice(insn.sram_base, insn.sram_base + insn.sram_extent)
+        target = None if mt == MemType.UOP else {"inp": self._inp, "wgt": self._wgt, "acc": self._acc}[buffer]
+        return mt, raw, self._dram_dtype(mt), shape, padding, rows, target
 
     def _dram_dtype(self, mt):
         """numpy dtype of one scalar of memory type ``mt`` in DRAM."""
@@ -457,15 +479,14 @@ class FunctionalSimulator:
             return
         if insn.moves_nothing:
             return
-        self._check_sram(insn, "out")
-        elem = self.cfg.elem_bytes("out")
-        rows = self._dram_rows(insn, elem)
-        if self._program and insn.dram_base * elem < self._program[1] and dram_end(insn) * elem > self._program[0]:
+        plan = self._transfer_plans.get(insn)
+        if plan is None:
+            plan = self._new_transfer_plan(insn, self._store_plan)
+        rows, span, (start, end) = plan
+        if self._program and start < self._program[1] and end > self._program[0]:
             raise ExecutionError(ErrorCode.STORE_OVER_PROGRAM,
-                                 f"STORE writes DRAM bytes [{insn.dram_base * elem:#x}, {dram_end(insn) * elem:#x}), "
-                                 f"which reach into the program's instructions [{self._program[0]:#x}, "
-                                 f"{self._program[1]:#x})")
-        span = slice(insn.sram_base, insn.sram_base + insn.y_size * insn.x_size)
+                                 f"STORE writes DRAM bytes [{start:#x}, {end:#x}), which reach into the program's "
+                                 f"instructions [{self._program[0]:#x}, {self._program[1]:#x})")
         data = requantize(self._acc[span], insn.mul, insn.shift, insn.relu, acc_width=self.cfg.acc_width,
                           out_width=self.cfg.out_width, bias=self._bias if insn.bias else 0) \
             if insn.requant else self._out[span]
@@ -477,21 +498,31 @@ class FunctionalSimulator:
                 rows[r] = data[r]
         self.stats.dram_bytes_written["out"] += data.size
 
+    def _store_plan(self, insn):
+        """``(DRAM view, acc/out rows, DRAM byte range)`` of a STORE that moves data."""
+        self._check_sram(insn, "out")
+        elem = self.cfg.elem_bytes("out")
+        return (self._dram_rows(insn, elem), slice(insn.sram_base, insn.sram_base + insn.y_size * insn.x_size),
+                (insn.dram_base * elem, dram_end(insn) * elem))
+
     # -- GEMM / ALU ----------------------------------------------------------
     #
     # Index work depends only on an instruction and the micro-ops it uses, and
     # the same instructions recur (one per tile), so each GEMM/ALU instruction
-    # becomes a plan of row selections once, cached until the next LOAD UOP;
-    # running a plan is only gathers, matrix products and stores. A plan is
-    # built (and its range errors raised) before anything is written.
+    # becomes a plan of row selections once, cached with a digest of the
+    # micro-op buffer it read (a model's programs load the same micro-ops
+    # run after run); running a plan is only gathers, matrix products and
+    # stores. A plan is built (and its range errors raised) before anything
+    # is written.
 
     def _plan(self, insn):
-        plan = self._plans.get(insn)
+        key = (self._uop_key, insn)
+        plan = self._plans.get(key)
         if plan is None:
             plan = self._gemm_plan(insn) if isinstance(insn, Gemm) else self._alu_plan(insn)
-            if len(self._plans) >= 1024:
+            if len(self._plans) >= 4096:
                 self._plans.clear()
-            self._plans[insn] = plan
+            self._plans[key] = plan
         return plan
 
     def _loop_indices(self, insn, fields, part=None):
@@ -676,6 +707,7 @@ class FunctionalSimulator:
         return [(_rows(dst[w]), None if src is None else _rows(src[w])) for w in _alu_waves(dst, src)]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _cost(insn):
     """Operations ``insn`` spends of a run's budget: micro-ops (GEMM, ALU), SRAM entries moved (LOAD,
     STORE), at least one."""

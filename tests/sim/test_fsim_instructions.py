@@ -323,6 +323,29 @@ def test_gemms_whose_weight_indices_share_bytes_not_shape(rng):
                Gemm(uop_bgn=0, uop_end=2, iter_out=1, iter_in=1)])
 
 
+def test_plans_follow_the_micro_ops_and_the_data(rng):
+    """fsim keeps each instruction's plan (GEMM/ALU rows by the micro-op buffer's contents, LOAD/STORE views
+    of DRAM): the same instructions over other micro-ops, loaded to the same place, and a second run of the
+    same program over other data and micro-ops must each follow what is there now."""
+    bench = Bench(TINY)
+    others = [Uop(u.dst + 1, u.src, 3 - u.wgt) for u in GEMM_UOPS]       # (other rows, other weights)
+    first, second = (bench.put("uop", uops) for uops in (GEMM_UOPS, others))
+    setup = _gemm_setup(bench, rng)
+    gemm = Gemm(uop_bgn=0, uop_end=5, **GEMM_LOOPS)
+    program = [*setup, load("uop", sram_base=0, dram_base=first, y_size=1, x_size=5), gemm,
+               load("uop", sram_base=0, dram_base=second, y_size=1, x_size=5), gemm]
+    bench.run(program)
+    for kind, values in (("uop", [Uop(u.dst, u.src + 2, u.wgt) for u in GEMM_UOPS]), ("inp", None)):
+        # (the same places, new contents)
+        nbytes = bench.cfg.elem_bytes(kind)
+        raw = (b"".join(uop_format(bench.cfg).pack(u).to_bytes(nbytes, "little") for u in values) if kind == "uop"
+               else bench.random_values(rng, "inp", 8).astype("<i1").tobytes())
+        address = (first if kind == "uop" else next(i.dram_base for i in setup if i.memory_type == MemType.INP))
+        bench.sim.dram.write(address * nbytes, raw)
+        bench.ref.write(address * nbytes, raw)
+    bench.run(program)
+
+
 @pytest.mark.parametrize("cfg", [TINY, BATCH2], ids=cfg_id)
 def test_gemm_reset(cfg, rng, chunks):
     """Reset zeroes acc and out at the looped destinations only, then accumulation restarts."""
