@@ -55,7 +55,7 @@ def roofline(step, cfg):
     else:
         gemm = (s.batch // cfg.batch) * (s.out_features // cfg.block_out) * (s.in_features // cfg.block_in)
         out, data = s.batch * s.out_features, s.batch * s.in_features
-    weight = step.packed["weight"].nbytes + sum(step.packed[k].nbytes for k in ("bias", "scale") if k in step.packed)
+    weight = sum(v.nbytes for v in step.packed.values())      # (weights and the per-channel vectors)
     return gemm, (data + weight + out) / cfg.bus_bytes
 
 

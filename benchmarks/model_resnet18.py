@@ -14,7 +14,6 @@ its layers simulated one after another and ``--workers`` at once.
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from tilewright.compiler.graph import load_onnx, run_graph
 from tilewright.compiler.graph.quantize import sqnr_db
 from tilewright.compiler.graph.zoo import resnet18
 from tilewright.runtime.device import get_devices
-from tilewright.runtime.model import compile_model
+from tilewright.runtime.model import compile_model, default_workers
 
 
 def timed(fn, repeat=1):
@@ -42,8 +41,8 @@ def main():
     ap.add_argument("--config", default="default")
     ap.add_argument("--rtl", action="store_true", help="also run the whole model on the RTL")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/resnet18_model.json"))
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                    help="RTL simulations at once for the side-by-side run (default: one per core)")
+    ap.add_argument("--workers", type=int, default=default_workers(),
+                    help="RTL simulations at once for the side-by-side run (default: one per core, at most 4)")
     args = ap.parse_args()
 
     onnx_bytes = resnet18().SerializeToString()

@@ -7,7 +7,6 @@ status 1, never a traceback.
 
 import argparse
 import json
-import os
 import sys
 import time
 import zipfile
@@ -268,7 +267,7 @@ def _profile_table(rows):
 def cmd_run(args):
     import numpy as np
 
-    from tilewright.runtime.model import load_model
+    from tilewright.runtime.model import default_workers, load_model
     inputs = _load_arrays(args.input, "input")
     try:
         model = load_model(args.model)
@@ -284,7 +283,8 @@ def cmd_run(args):
                            if args.port is None else "--port is for --backend fpga")
         if args.workers is not None and args.backend != "rtl":
             raise CliError("--workers is for --backend rtl (several RTL simulations at once)")
-        workers = (args.workers or os.cpu_count() or 1) if args.backend == "rtl" else 1
+        workers = (args.workers or default_workers()) if args.backend == "rtl" else 1
+        workers = min(workers, sum(s.where == "accelerator" for s in model.steps)) or 1
         side_by_side = f", {workers} layers at once" if workers > 1 else ""
         print(f"running {args.model} on {args.backend} (config {model.config.name}{side_by_side})", flush=True)
         outputs, rows = model.run(inputs, backend=args.backend, port=args.port, profile=True, progress=True,
@@ -467,7 +467,7 @@ def _parser():
     sp.add_argument("--port", help="with --backend fpga: the board's serial port (or a simulated board's)")
     sp.add_argument("--profile", action="store_true", help="print where each node ran, its time and cycles")
     sp.add_argument("--workers", type=_positive_int, help="with --backend rtl: RTL simulations at once, each layer "
-                                                          "from fsim's input for it (default: one per core)")
+                                                          "from fsim's input for it (default: one per core, at most 4)")
     sp.set_defaults(func=cmd_run)
 
     from .tune import add_parser as add_tune_parser

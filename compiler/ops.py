@@ -328,9 +328,9 @@ def _conv_tile_counts(spec, cfg, t):
 
 
 def _epilogue_resident(spec, cfg, t):
-    """Whether the layer's bias and scale stay on chip whole, loaded once: when its output-channel tiles
-    would load them again between a thread's tiles (a compute-stream LOAD there stalls the GEMMs) and
-    they fit beside the tiles."""
+    """Whether the layer's per-channel vectors (:func:`_per_channel_vectors`) stay on chip whole, loaded
+    once: when its output-channel tiles would load them again between a thread's tiles (a compute-stream
+    LOAD there stalls the GEMMs) and they fit beside the tiles."""
     per_channel = _per_channel_vectors(spec)
     OB = spec.out_channels // cfg.block_out
     tile_counts = _conv_tile_counts(spec, cfg, t)

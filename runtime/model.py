@@ -25,6 +25,7 @@ packed weights and host constants as arrays).
 
 import concurrent.futures
 import json
+import os
 import queue
 import time
 import zipfile
@@ -45,13 +46,14 @@ from tilewright.compiler.tune.task import Task
 from tilewright.compiler.program import Program, ProgramError
 from tilewright.compiler import files
 from tilewright.config import HwConfig, load_config
+from tilewright.sim.rtl import RtlError
 from .progress import Progress
 
 from .api import compile_conv2d, compile_dense, residual_rescale
-from .device import DeviceError, get_device, get_devices
+from .device import DeviceError, forget_device, get_device, get_devices
 from .layout import pack_bias, pack_grouped, pack_nchw, pack_oihw, pack_rows, round_up, unpack_nchw, unpack_rows
 
-__all__ = ["CompiledModel", "Step", "compile_model", "load_model", "ACCELERATOR_OPS", "FORMAT"]
+__all__ = ["CompiledModel", "Step", "compile_model", "load_model", "default_workers", "ACCELERATOR_OPS", "FORMAT"]
 
 #: Graph operators the accelerator runs (everything else runs on the host).
 ACCELERATOR_OPS = {"QConv", "QDense"}
@@ -66,7 +68,7 @@ class Step:
     where: str                            # "accelerator" or "host"
     why: str = ""                         # for host nodes that look like layers: why not the accelerator
     program: Program | None = None
-    packed: dict = field(default_factory=dict)   # weight, bias, scale in the accelerator's layouts
+    packed: dict = field(default_factory=dict)   # weight, bias, scale, residual_scale, packed
     out_channels: int = 0
     macs: int = 0
     spec: object = None                   # the operator's packed spec (accelerator steps, when compiled here)
@@ -136,11 +138,14 @@ class CompiledModel:
 
         ``backend`` is ``"fsim"``, ``"rtl"`` or ``"fpga"`` (with ``port``, a board's serial port).
 
-        ``workers`` > 1 (``rtl`` only) runs that many RTL simulations at once: fsim computes every
-        accelerator layer's input first, the layers then run on the RTL side by side, and each layer's
-        output must equal fsim's (a :class:`DeviceError` names the first that does not). The outputs, the
-        cycles and the per-node rows are those of one RTL run after another (each layer starts from an
-        input the RTL would have computed bit for bit), in about ``1 / workers`` of the time.
+        ``workers`` > 1 (``rtl`` only) runs up to that many RTL simulations at once (one harness process
+        each, shared by the layers): fsim runs the network layer by layer, and as it reaches each
+        accelerator layer that layer's input is also handed to the next free harness; each layer's RTL
+        output must equal fsim's (a :class:`DeviceError` names the first that does not, or the layer
+        whose RTL run failed). The outputs and every layer's cycles are those of one RTL run after
+        another (each layer starts from the input the RTL itself would have made, bit for bit), in about
+        ``1 / workers`` of the time; a row's ``seconds`` is then its layer's RTL run, side by side with
+        others.
 
         With a dynamic batch dimension any number of samples can be given;
         they run in chunks of the compiled batch.
@@ -148,12 +153,14 @@ class CompiledModel:
         feeds, count = self._inputs(inputs)
         if count == 0:
             raise ModelError("the inputs hold no samples (batch dimension 0)")
-        if not isinstance(workers, (int, np.integer)) or workers < 1:
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
             raise ModelError(f"workers={workers!r}: must be a positive integer")
         if workers > 1 and backend != "rtl":
             raise ModelError(f"workers={workers}: several layers at once is for the rtl backend, not {backend}")
-        device = get_devices(backend, self.config, workers) if workers > 1 else get_device(backend, self.config,
-                                                                                             port=port)
+        device = get_device(backend, self.config, port=port)        # (checks backend and port)
+        workers = min(workers, sum(s.where == "accelerator" for s in self.steps))
+        if workers > 1:
+            device = get_devices(backend, self.config, workers)
         run_chunk = self._run_chunk_side_by_side if workers > 1 else self._run_chunk
         rows = {s.name: dict(node=s.name, op=s.node.op, where=s.where, seconds=0.0, cycles=None, macs=s.macs)
                 for s in self.steps}
@@ -179,7 +186,7 @@ class CompiledModel:
         env.update(feeds)
         for step in self.steps:
             start = time.perf_counter()
-            if step.where == "accelerator":      # weights, bias and scale are packed in the step
+            if step.where == "accelerator":      # (its weights and per-channel vectors are packed in the step)
                 outs, stats = self._run_on_accelerator(step, env, device)
                 _count(rows[step.name], stats)
             else:
@@ -193,7 +200,7 @@ class CompiledModel:
         return [self._unpacked(step, env, out["out"])], stats
 
     def _accelerator_tensors(self, step, env):
-        """The program inputs of accelerator ``step``: its activations packed, its weights, bias and scale."""
+        """The program inputs of accelerator ``step``: its activations packed, and what the step packed once."""
         c, node = self.config, step.node
         x = env[layer_input(node, "data")]
         if node.op == "QConv":
@@ -222,31 +229,40 @@ class CompiledModel:
                 start = time.perf_counter()
                 out, stats = device.run_program(step.program, tensors)
                 return out["out"], stats, time.perf_counter() - start
+            except (DeviceError, RtlError) as e:
+                if not device.alive:        # (its harness died: the next run starts new ones)
+                    forget_device("rtl", self.config)
+                raise DeviceError(f"{step.name}: {e}") from None
             finally:
                 idle.put(device)
 
-        env, runs = dict(self.graph.constants), []
+        def check(step, future, expected):
+            out, stats, seconds = future.result()
+            if not np.array_equal(out, expected):
+                raise DeviceError(f"{step.name}: the RTL's output differs from fsim's on the same input")
+            rows[step.name]["seconds"] += seconds
+            _count(rows[step.name], stats)
+
+        env, runs = dict(self.graph.constants), []      # runs: [step, RTL future, fsim's output] not yet checked
         env.update(feeds)
         with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
             try:
                 for step in self.steps:
                     if step.where == "accelerator":
                         tensors = self._accelerator_tensors(step, env)
-                        on_device = pool.submit(on_rtl, step, tensors)
+                        runs.append([step, pool.submit(on_rtl, step, tensors), None])
                         out, _ = reference.run_program(step.program, tensors)
-                        runs.append((step, on_device, out["out"]))
+                        runs[-1][2] = out["out"]
                         outs = [self._unpacked(step, env, out["out"])]
                     else:
                         start = time.perf_counter()
                         outs = run_node(step.node, [env[i] if i else None for i in step.node.inputs], self.graph.opset)
                         rows[step.name]["seconds"] += time.perf_counter() - start
                     env.update(zip(step.node.outputs, outs))
-                for step, future, expected in runs:
-                    out, stats, seconds = future.result()
-                    if not np.array_equal(out, expected):
-                        raise DeviceError(f"{step.name}: the RTL's output differs from fsim's on the same input")
-                    rows[step.name]["seconds"] += seconds
-                    _count(rows[step.name], stats)
+                    while runs and runs[0][1].done():       # (a layer that failed stops the run now)
+                        check(*runs.pop(0))
+                for run in runs:
+                    check(*run)
             finally:        # (a failure: the layers not yet started need not run)
                 for _, future, _ in runs:
                     future.cancel()
@@ -335,6 +351,12 @@ def _from_header(header, archive):
                   g["name"], g["opset"])
     return CompiledModel(graph, cfg, steps, batch=header["batch"], dynamic_batch=header["dynamic_batch"],
                          meta=header["meta"])
+
+
+def default_workers():
+    """RTL simulations to run at once by default: one per core this process may use, at most 4 (each
+    harness holds its own DRAM, a few hundred MB)."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 def _count(row, stats):

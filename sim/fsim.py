@@ -231,6 +231,7 @@ class FunctionalSimulator:
         self._plans = {}            # (micro-ops' digest, GEMM/ALU instruction) -> plan
         self._uop_key = hashlib.blake2b(self._uop.tobytes(), digest_size=16).digest()
         self._transfer_plans = {}   # LOAD/STORE instruction -> plan (see _new_transfer_plan)
+        self._transfer_dram = self.dram.data       # the DRAM array the plans view
         self._program = None        # byte range of the running program's instructions, if run from DRAM
         self._depth = {mem: c.depth(mem) for mem in ("uop", "inp", "wgt", "acc", "out")}
         self.stats = RunStats()
@@ -290,6 +291,9 @@ class FunctionalSimulator:
         return self._run_words(data)
 
     def _execute(self, words):
+        if self._transfer_dram is not self.dram.data:      # (the plans' views are of that array)
+            self._transfer_plans.clear()
+            self._transfer_dram = self.dram.data
         self.stats = stats = RunStats()
         self._bias = np.zeros(self._acc.shape[1:], dtype=np.int64)   # the store stream's bias register
         self.executed = []

@@ -493,6 +493,9 @@ def test_a_shifted_residual_is_one_vector_multiply():
         np.testing.assert_array_equal(out, conv2d_ref(x, w, None, 1, 1, 3, 14, False, res, r_mul, r_shift))
         alu_uops[r_shift] = stats["alu_uops"]
     assert alu_uops[9] == alu_uops[0]           # (one MUL each: by the immediate, by the vector)
+    out, _ = tilewright.conv2d(x, w, padding=1, mul=3, shift=14, residual=res, residual_mul=12345,
+                               residual_shift=20, config="small")         # (12345 << 20 wraps modulo 2**32)
+    np.testing.assert_array_equal(out, conv2d_ref(x, w, None, 1, 1, 3, 14, False, res, 12345, 20))
     spec = Conv2dSpec(1, 16, 6, 6, 32, (3, 3), 1, 1, residual=True, residual_scale=True)
     ops = [i.alu_op for i in build(conv2d_schedule(spec, "small")[0], "small").instructions if isinstance(i, isa.Alu)]
     assert isa.AluOp.SHR not in ops and isa.AluOp.MUL in ops

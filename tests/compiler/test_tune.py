@@ -106,6 +106,7 @@ def _assert_dram_bytes_are_counted(task, samples):
         point = space.point(i)
         _, stats = device.run_program(task.program(point), inputs)
         counted = {m: stats["bytes_read_by_type"][m] for m in ("inp", "wgt", "acc")}
+        counted["acc"] += stats["bytes_read_by_type"].get("acc8", 0)     # (a residual, int8 into the accumulators)
         assert dram_bytes(task, point) == dict(counted, out=stats["dram_bytes_written"]), point
 
 
@@ -328,6 +329,17 @@ def test_a_lost_worker_costs_its_point_only_and_is_neither_logged_nor_learnt(exh
     every_time = tune(task, trials=4, tuner="random", runner=_FlakyRunner(log.replay(design), every=1),
                       log=TuningLog(), design=design, include_default=False)
     assert every_time.best is None and "worker died" in every_time.first_error
+
+
+@pytest.mark.parametrize("spec", [Conv2dSpec(2, 16, 8, 8, 32, (1, 1), 2, 0, residual=True, residual_scale=True),
+                                  Conv2dSpec(1, 16, 8, 8, 32, (3, 3), 1, 1, residual=True, residual_scale=True,
+                                             scale=True),
+                                  Conv2dSpec(1, 16, 6, 6, 16, (3, 3), 1, 1, residual=True, residual_mul=3,
+                                             residual_shift=2)])
+def test_residual_tasks_count_their_dram_bytes_as_the_simulator_does(spec):
+    """A residual layer's bytes: the residual itself, and its per-channel scale with the bias and scale
+    (resident or per tile)."""
+    _assert_dram_bytes_are_counted(Task("conv2d", spec, "tiny"), samples=15)
 
 
 @pytest.mark.parametrize("spec", [Conv2dSpec(1, 16, 8, 8, 16, (3, 3), 1, 1, group_channels=1),

@@ -85,8 +85,26 @@ def test_rtl_side_by_side_names_a_layer_that_differs_from_fsim(compiled, monkeyp
         compiled.run(x, backend="rtl", workers=2)
 
 
+def test_rtl_side_by_side_names_a_layer_whose_run_fails(compiled, monkeypatch):
+    """An RTL run that stops with an error (here made up for the second accelerator layer) ends the whole
+    run with that error, named by its layer."""
+    from tilewright.runtime.device import DeviceError, RtlDevice
+    second = [s for s in compiled.steps if s.where == "accelerator"][1]
+    real = RtlDevice.run_program
+
+    def stops_on_second(self, program, tensors):
+        if program is second.program:
+            raise DeviceError("the RTL stopped with BUS_ERROR at instruction 3")
+        return real(self, program, tensors)
+    monkeypatch.setattr(RtlDevice, "run_program", stops_on_second)
+    x = np.random.default_rng(4).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    with pytest.raises(DeviceError, match=f"^{second.name}: the RTL stopped with BUS_ERROR"):
+        compiled.run(x, backend="rtl", workers=2)
+
+
 @pytest.mark.parametrize("backend, workers, message", [("fsim", 2, "for the rtl backend"),
-                                                       ("rtl", 0, "must be a positive integer")])
+                                                       ("rtl", 0, "must be a positive integer"),
+                                                       ("rtl", True, "must be a positive integer")])
 def test_bad_worker_counts_are_model_errors(compiled, backend, workers, message):
     x = np.zeros((1, 3, 12, 12), np.float32)
     with pytest.raises(ModelError, match=message):
