@@ -17,7 +17,8 @@ from . import reference
 from .contrib import CONTRIB_OPS
 from .ir import ModelError
 
-__all__ = ["HOST_OPS", "host_runs", "run_node", "run_graph", "conv_nchw", "pool_nchw", "quantize_linear", "QUANTIZED_WIDTHS"]
+__all__ = ["HOST_OPS", "host_runs", "run_node", "run_graph", "conv_nchw", "exact_integer_conv", "pool_nchw",
+           "quantize_linear", "QUANTIZED_WIDTHS"]
 
 
 # -- shared kernels ---------------------------------------------------------------------
@@ -150,7 +151,18 @@ def _conv_integer(node, x, w, x_zp=None, w_zp=None):
     xs = x.astype(np.int64) - _zp(x_zp)
     wz = _zp(w_zp)
     ws = w.astype(np.int64) - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.ndim == 1 else wz)
-    return [conv_nchw(xs, ws, dtype=np.int64, **_conv_attrs(node, x, w)).astype(np.int32)]
+    return [exact_integer_conv(xs, ws, **_conv_attrs(node, x, w)).astype(np.int32)]
+
+
+def exact_integer_conv(x, w, **attrs):
+    """:func:`conv_nchw` of integer ``x`` and ``w`` as exact int64: in float64, whose matrix products are
+    BLAS's, when no sum of products can reach 2**53 (every partial sum is then an exact integer, in any
+    order: int8 data and weights need kernels of over 10**11 taps to miss), else in int64."""
+    taps = int(np.prod(w.shape[1:]))
+    bound = float(np.abs(x).max(initial=0)) * float(np.abs(w).max(initial=0)) * taps
+    if bound < 2.0 ** 53:
+        return conv_nchw(x, w, dtype=np.float64, **attrs).astype(np.int64)
+    return conv_nchw(x, w, dtype=np.int64, **attrs)
 
 
 def _requantize_float(acc, real_scale, y_scale_dtype_zp):
@@ -317,8 +329,8 @@ def _requantize_int(acc, node):
 def _qconv(node, x, w, b, r=None, scale=None):
     """QConv (graph.quantize) exactly as the accelerator computes it."""
     p = node.attr("padding")
-    acc = _wrap32(conv_nchw(x.astype(np.int64), w.astype(np.int64), strides=[node.attr("stride")] * 2,
-                            pads_begin=[p, p], pads_end=[p, p], group=node.attr("group", 1), dtype=np.int64))
+    acc = _wrap32(exact_integer_conv(x.astype(np.int64), w.astype(np.int64), strides=[node.attr("stride")] * 2,
+                                     pads_begin=[p, p], pads_end=[p, p], group=node.attr("group", 1)))
     if scale is not None:
         acc = _wrap32(acc * scale.astype(np.int64).reshape(1, -1, 1, 1))
     acc = _wrap32(acc + b.astype(np.int64).reshape(1, -1, 1, 1))

@@ -367,3 +367,23 @@ def test_flatten_as_pytorch_exports_view():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     np.testing.assert_array_equal(run_graph(load_onnx(model.SerializeToString()), {"x": x})["y0"],
                                   ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("magnitude", [127, 1 << 26])
+def test_integer_convolutions_are_exact_in_either_arithmetic(magnitude):
+    """The host's integer convolution (the accelerator's oracle) sums in float64 when no sum can reach 2**53
+    and in int64 otherwise: both equal an int64 sum computed tap by tap (with values of 2**26 and 27 taps the
+    float64 sums would round, so the int64 path must be the one taken)."""
+    from tilewright.compiler.graph.host import exact_integer_conv
+    rng = np.random.default_rng(magnitude)
+    x = rng.integers(-magnitude, magnitude + 1, (2, 3, 6, 5), dtype=np.int64)
+    w = rng.integers(-magnitude, magnitude + 1, (4, 3, 3, 3), dtype=np.int64)
+    got = exact_integer_conv(x, w, strides=[1, 2], pads_begin=[1, 0], pads_end=[1, 1])
+    xp = np.pad(x, [(0, 0), (0, 0), (1, 1), (0, 1)])
+    want = np.zeros_like(got)
+    for oy in range(got.shape[2]):
+        for ox in range(got.shape[3]):
+            window = xp[:, :, oy:oy + 3, 2 * ox:2 * ox + 3]
+            want[:, :, oy, ox] = np.einsum("ncyx,mcyx->nm", window, w)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
