@@ -284,7 +284,7 @@ def cmd_run(args):
         if args.workers is not None and args.backend != "rtl":
             raise CliError("--workers is for --backend rtl (several RTL simulations at once)")
         workers = (args.workers or default_workers()) if args.backend == "rtl" else 1
-        workers = min(workers, sum(s.where == "accelerator" for s in model.steps)) or 1
+        workers = model.side_by_side(workers)
         side_by_side = f", {workers} layers at once" if workers > 1 else ""
         print(f"running {args.model} on {args.backend} (config {model.config.name}{side_by_side})", flush=True)
         outputs, rows = model.run(inputs, backend=args.backend, port=args.port, profile=True, progress=True,

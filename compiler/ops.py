@@ -91,6 +91,11 @@ class Conv2dSpec:
         return 1 if self.block_diagonal else self.in_channels // cfg.block_in
 
     @property
+    def channel_vectors(self):
+        """The epilogue's int32 inputs of one entry per output channel (laid out as the bias), by name."""
+        return tuple(n for n in ("bias", "scale", "residual_scale") if getattr(self, n))
+
+    @property
     def compact_rows(self):
         """Whether an input tile holds only the rows the kernel reads: a strided kernel one row high
         without padding reads every ``stride``-th row (a LOAD skips the others with its row stride).
@@ -112,6 +117,11 @@ class DenseSpec:
     @property
     def macs(self):
         return self.batch * self.in_features * self.out_features
+
+    @property
+    def channel_vectors(self):
+        """The epilogue's int32 inputs of one entry per output feature (laid out as the bias), by name."""
+        return tuple(n for n in ("bias", "scale") if getattr(self, n))
 
 
 @dataclass(frozen=True)
@@ -216,15 +226,14 @@ def conv2d_compute(spec, cfg):
     conv = te.compute(shape, lambda n, o, y, x, b, oo: te.sum(
         padded[n, o + ic if spec.block_diagonal else ic, y * row_step + kh, x * s + kw, b, ii].astype(acc)
         * weight[o, ic, kh, kw, oo, ii].astype(acc), [ic, kh, kw, ii]), "conv", dtype=acc)
+    # (in this order, which the program's DRAM image follows: bias, residual, the other vectors)
+    vectors = {n: te.placeholder((OB, c.batch, c.block_out), acc, n) for n in spec.channel_vectors}
     inputs = {"data": data, "weight": weight}
-    if spec.bias:
-        inputs["bias"] = te.placeholder((OB, c.batch, c.block_out), acc, "bias")
+    if "bias" in vectors:
+        inputs["bias"] = vectors.pop("bias")
     if spec.residual:
         inputs["residual"] = te.placeholder(shape, f"int{c.out_width}", "residual")
-    if spec.scale:
-        inputs["scale"] = te.placeholder((OB, c.batch, c.block_out), acc, "scale")
-    if spec.residual_scale:
-        inputs["residual_scale"] = te.placeholder((OB, c.batch, c.block_out), acc, "residual_scale")
+    inputs |= vectors
 
     scaled = None
     if spec.residual and (spec.residual_scale or spec.residual_mul != 1 or spec.residual_shift):
@@ -255,12 +264,6 @@ def conv2d_compute(spec, cfg):
     return inputs, out, (padded, conv, res, scaled)
 
 
-def _per_channel_vectors(spec):
-    """How many int32 vectors of one entry per output channel block the epilogue reads: bias, scale and
-    the residual's scale, as the spec has them."""
-    return spec.bias + spec.scale + getattr(spec, "residual_scale", False)
-
-
 def _conv_needs(spec, cfg, t, compact=True):
     """SRAM entries (inp, wgt, acc) and micro-ops per GEMM of tiles ``t`` (``compact=False``: as if an input
     tile held every row between its first and last, which it does unless ``spec.compact_rows``)."""
@@ -270,7 +273,7 @@ def _conv_needs(spec, cfg, t, compact=True):
     inp = (t.out_channels if spec.block_diagonal else t.in_channels) * rows * cols
     wgt = t.out_channels * t.in_channels * KH * KW
     out = t.out_channels * t.rows * t.cols
-    acc = out + t.out_channels * _per_channel_vectors(spec) + (out if spec.residual else 0)
+    acc = out + t.out_channels * len(spec.channel_vectors) + (out if spec.residual else 0)
     loops = sorted([t.out_channels, t.rows, t.cols, t.in_channels, KH, KW])
     uops = 1
     for n in loops[:-2]:
@@ -328,10 +331,10 @@ def _conv_tile_counts(spec, cfg, t):
 
 
 def _epilogue_resident(spec, cfg, t):
-    """Whether the layer's per-channel vectors (:func:`_per_channel_vectors`) stay on chip whole, loaded
+    """Whether the layer's per-channel vectors (``spec.channel_vectors``) stay on chip whole, loaded
     once: when its output-channel tiles would load them again between a thread's tiles (a compute-stream
     LOAD there stalls the GEMMs) and they fit beside the tiles."""
-    per_channel = _per_channel_vectors(spec)
+    per_channel = len(spec.channel_vectors)
     OB = spec.out_channels // cfg.block_out
     tile_counts = _conv_tile_counts(spec, cfg, t)
     on_channels = t.threads > 1 and _thread_axis(t.threads, t.thread_axis, tile_counts) == "out_channels"
@@ -450,7 +453,7 @@ def conv2d(spec, config="default", tiles=None):
     s[res].set_scope("acc")
     weight_l = s.cache_read(inputs["weight"], "wgt", [conv])
     extra = {n: s.cache_read(inputs[n], "acc", [scaled if n.startswith("residual") and scaled is not None else res])
-             for n in ("bias", "residual", "scale", "residual_scale") if n in inputs}
+             for n in ("residual", *spec.channel_vectors) if n in inputs}
     if scaled is not None:
         s[scaled].set_scope("acc")
 
@@ -470,8 +473,7 @@ def conv2d(spec, config="default", tiles=None):
         s[out].bind(vt, "vthread")
     s[out].reorder(*order, o_i, y_i, x_i, b, oo)
     tile = order[-1]
-    resident = ([extra.pop(k) for k in ("bias", "scale", "residual_scale") if k in extra]
-                if _epilogue_resident(spec, cfg, t) else [])
+    resident = [extra.pop(k) for k in spec.channel_vectors] if _epilogue_resident(spec, cfg, t) else []
     for stage in resident:          # loaded once, before the first tile
         s[stage].compute_at(s[out], n)
     for stage in [conv, res] + list(extra.values()) + ([scaled] if scaled is not None else []):
@@ -506,9 +508,7 @@ def dense_compute(spec, cfg):
     prod = te.compute(shape, lambda n, m, b, oo: te.sum(
         data[n, k, b, ii].astype(acc) * weight[m, k, oo, ii].astype(acc), [k, ii]), "dense", dtype=acc)
     inputs = {"data": data, "weight": weight}
-    for name in ("bias", "scale"):
-        if getattr(spec, name):
-            inputs[name] = te.placeholder((MB, c.batch, c.block_out), acc, name)
+    inputs |= {n: te.placeholder((MB, c.batch, c.block_out), acc, n) for n in spec.channel_vectors}
 
     def epilogue(n, m, b, oo):
         v = prod[n, m, b, oo] * inputs["scale"][m, b, oo] if spec.scale else prod[n, m, b, oo]
@@ -546,7 +546,7 @@ def _dense_candidates(spec, c, T):
 
 def _dense_needs(spec, c, t):
     """SRAM entries (inp, wgt, acc) and micro-ops per GEMM of tiles ``t``, as :func:`_fits` takes them."""
-    acc = (t.batch * t.out_features + t.out_features * (spec.bias + spec.scale)) * t.threads
+    acc = (t.batch * t.out_features + t.out_features * len(spec.channel_vectors)) * t.threads
     return dict(inp=t.batch * t.in_features * t.threads, wgt=t.out_features * t.in_features * t.threads, acc=acc,
                 uops=t.in_features)
 
@@ -578,7 +578,7 @@ def dense(spec, config="default", tiles=None):
     s[res].set_scope("acc")
     data_l = s.cache_read(inputs["data"], "inp", [prod])
     weight_l = s.cache_read(inputs["weight"], "wgt", [prod])
-    extra = [s.cache_read(inputs[n], "acc", [res]) for n in ("bias", "scale") if n in inputs]
+    extra = [s.cache_read(inputs[n], "acc", [res]) for n in spec.channel_vectors]
     n, m, b, oo = s[out].op.axes
     n_o, n_i = s[out].split(n, t.batch)
     m_o, m_i = s[out].split(m, t.out_features)

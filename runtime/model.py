@@ -158,7 +158,7 @@ class CompiledModel:
         if workers > 1 and backend != "rtl":
             raise ModelError(f"workers={workers}: several layers at once is for the rtl backend, not {backend}")
         device = get_device(backend, self.config, port=port)        # (checks backend and port)
-        workers = min(workers, sum(s.where == "accelerator" for s in self.steps))
+        workers = self.side_by_side(workers)
         if workers > 1:
             device = get_devices(backend, self.config, workers)
         run_chunk = self._run_chunk_side_by_side if workers > 1 else self._run_chunk
@@ -181,23 +181,35 @@ class CompiledModel:
                 outputs[info.name] = value.astype(info.dtype)
         return (outputs, list(rows.values())) if profile else outputs
 
-    def _run_chunk(self, feeds, device, rows):
+    def side_by_side(self, workers):
+        """How many RTL simulations ``run(..., workers=workers)`` runs at once: no more than the accelerator
+        layers."""
+        return min(workers, sum(s.where == "accelerator" for s in self.steps)) or 1
+
+    def _walk(self, feeds, rows, layer):
+        """The chunk's outputs: every node in order, the host's here (timed into ``rows``), each accelerator
+        step's output tensor from ``layer(step, env)``."""
         env = dict(self.graph.constants)
         env.update(feeds)
         for step in self.steps:
-            start = time.perf_counter()
-            if step.where == "accelerator":      # (its weights and per-channel vectors are packed in the step)
-                outs, stats = self._run_on_accelerator(step, env, device)
-                _count(rows[step.name], stats)
+            if step.where == "accelerator":
+                outs = [layer(step, env)]
             else:
+                start = time.perf_counter()
                 outs = run_node(step.node, [env[i] if i else None for i in step.node.inputs], self.graph.opset)
-            rows[step.name]["seconds"] += time.perf_counter() - start
+                rows[step.name]["seconds"] += time.perf_counter() - start
             env.update(zip(step.node.outputs, outs))
         return {o.name: env[o.name] for o in self.graph.outputs}
 
-    def _run_on_accelerator(self, step, env, device):
-        out, stats = device.run_program(step.program, self._accelerator_tensors(step, env))
-        return [self._unpacked(step, env, out["out"])], stats
+    def _run_chunk(self, feeds, device, rows):
+        def layer(step, env):
+            start = time.perf_counter()
+            out, stats = device.run_program(step.program, self._accelerator_tensors(step, env))
+            result = self._unpacked(step, env, out["out"])
+            rows[step.name]["seconds"] += time.perf_counter() - start
+            _count(rows[step.name], stats)
+            return result
+        return self._walk(feeds, rows, layer)
 
     def _accelerator_tensors(self, step, env):
         """The program inputs of accelerator ``step``: its activations packed, and what the step packed once."""
@@ -243,30 +255,26 @@ class CompiledModel:
             rows[step.name]["seconds"] += seconds
             _count(rows[step.name], stats)
 
-        env, runs = dict(self.graph.constants), []      # runs: [step, RTL future, fsim's output] not yet checked
-        env.update(feeds)
+        runs = []           # [step, RTL future, fsim's output] not yet checked
+
+        def layer(step, env):
+            while runs and runs[0][1].done():       # (a layer that failed stops the run now)
+                check(*runs.pop(0))
+            tensors = self._accelerator_tensors(step, env)
+            runs.append([step, pool.submit(on_rtl, step, tensors), None])
+            out, _ = reference.run_program(step.program, tensors)
+            runs[-1][2] = out["out"]
+            return self._unpacked(step, env, out["out"])
+
         with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
             try:
-                for step in self.steps:
-                    if step.where == "accelerator":
-                        tensors = self._accelerator_tensors(step, env)
-                        runs.append([step, pool.submit(on_rtl, step, tensors), None])
-                        out, _ = reference.run_program(step.program, tensors)
-                        runs[-1][2] = out["out"]
-                        outs = [self._unpacked(step, env, out["out"])]
-                    else:
-                        start = time.perf_counter()
-                        outs = run_node(step.node, [env[i] if i else None for i in step.node.inputs], self.graph.opset)
-                        rows[step.name]["seconds"] += time.perf_counter() - start
-                    env.update(zip(step.node.outputs, outs))
-                    while runs and runs[0][1].done():       # (a layer that failed stops the run now)
-                        check(*runs.pop(0))
+                outputs = self._walk(feeds, rows, layer)
                 for run in runs:
                     check(*run)
             finally:        # (a failure: the layers not yet started need not run)
                 for _, future, _ in runs:
                     future.cancel()
-        return {o.name: env[o.name] for o in self.graph.outputs}
+        return outputs
 
     # -- files ----------------------------------------------------------------------------------
 

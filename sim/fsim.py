@@ -455,15 +455,15 @@ class FunctionalSimulator:
         mt, c = insn.memory_type, self.cfg
         buffer = mt.buffer
         self._check_sram(insn, buffer)
-        raw = self._dram_rows(insn, c.elem_bytes(mt.dram_elem))
+        raw, dtype = self._dram_rows(insn, c.elem_bytes(mt.dram_elem)), self._dram_dtype(mt)
         shape = (insn.y_size, insn.x_size, -1)
         padding = None
         if insn.sram_extent != insn.y_size * insn.x_size:
-            padding = ((insn.sram_rows, insn.sram_cols, raw.shape[1] // insn.x_size // self._dram_dtype(mt).itemsize),
+            padding = ((insn.sram_rows, insn.sram_cols, raw.shape[1] // insn.x_size // dtype.itemsize),
                        (slice(insn.y_pad0, insn.y_pad0 + insn.y_size), slice(insn.x_pad0, insn.x_pad0 + insn.x_size)))
         rows = slice(insn.sram_base, insn.sram_base + insn.sram_extent)
         target = None if mt == MemType.UOP else {"inp": self._inp, "wgt": self._wgt, "acc": self._acc}[buffer]
-        return mt, raw, self._dram_dtype(mt), shape, padding, rows, target
+        return mt, raw, dtype, shape, padding, rows, target
 
     def _dram_dtype(self, mt):
         """numpy dtype of one scalar of memory type ``mt`` in DRAM."""

@@ -101,10 +101,9 @@ class Task:
             tensors = {"data": pack_rows(int8((s.batch, s.in_features)), c.batch, c.block_in),
                        "weight": pack_rows(int8((s.out_features, s.in_features)), c.block_out, c.block_in)}
             channels = s.out_features
-        for name in ("bias", "scale", "residual_scale"):
-            if getattr(s, name, False):
-                low, high = (-4096, 4096) if name == "bias" else (1, 64)
-                tensors[name] = pack_bias(rng.integers(low, high, channels, dtype=np.int32), c.batch, c.block_out)
+        for name in s.channel_vectors:
+            low, high = (-4096, 4096) if name == "bias" else (1, 64)
+            tensors[name] = pack_bias(rng.integers(low, high, channels, dtype=np.int32), c.batch, c.block_out)
         return tensors
 
     def to_json(self):
@@ -207,7 +206,7 @@ def dram_bytes(task, point):
     c = task.config
     s, T = task.spec, point["threads"]
     e = {m: c.elem_bytes(m) for m in ("inp", "wgt", "acc", "out")}
-    epilogue = ops._per_channel_vectors(s)
+    epilogue = len(s.channel_vectors)
     if task.op == "dense":
         t = ops.DenseTiles(**point)
         NB, KB, MB = s.batch // c.batch, s.in_features // c.block_in, s.out_features // c.block_out
