@@ -85,8 +85,10 @@ def _dma(d, env, arrays):
                 if d.requant:
                     q = d.requant
                     bias = 0 if q.bias is None else _elements(arrays[q.bias])[evaluate(q.bias_index, env)]
-                    value = requantize(value, q.mul, q.shift, q.relu, acc_width=DTYPE_BITS[d.sram.dtype],
-                                       out_width=DTYPE_BITS[d.dram.dtype], bias=bias)
+                    scale = None if q.scale is None else _elements(arrays[q.scale])[evaluate(q.scale_index, env)]
+                    value = requantize(value, 0 if q.scale is not None else q.mul, q.shift, q.relu,
+                                       acc_width=DTYPE_BITS[d.sram.dtype], out_width=DTYPE_BITS[d.dram.dtype],
+                                       bias=bias, scale=scale)
                 dram[dst] = wrap(value, DTYPE_BITS[d.dram.dtype])
 
 

@@ -143,17 +143,25 @@ class Dma(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class Requant:
-    """A store's requantization: ``clip(((acc + bias) · mul) >> shift)`` (clipped at 0 with ``relu``).
+    """A store's requantization: ``clip(((acc + bias) · mul) >> shift)`` (clipped at 0 with ``relu``), or
+    per channel, with ``scale``, ``clip((acc · scale + bias) >> shift)`` (``mul`` is then 1).
 
     ``bias`` is an accumulator buffer and ``bias_index`` (an expression of the
     loops around the store) the element of it added to every element the
-    store reads; without ``bias`` nothing is added.
+    store reads; without ``bias`` nothing is added. ``scale`` and
+    ``scale_index`` name the element that multiplies them the same way.
     """
     mul: int
     shift: int
     relu: bool
     bias: Buffer = None
     bias_index: Expr = None
+    scale: Buffer = None
+    scale_index: Expr = None
+
+    def operands(self):
+        """``(buffer, index)`` of the per-store elements it reads: the bias's and the scale's."""
+        return [(b, i) for b, i in ((self.bias, self.bias_index), (self.scale, self.scale_index)) if b is not None]
 
 
 @dataclass(eq=False)
@@ -284,6 +292,8 @@ def map_leaf(stmt, expr_fn, buffer_fn=lambda b: b):
         q = stmt.requant
         if q is not None and q.bias is not None:
             q = replace(q, bias=buffer_fn(q.bias), bias_index=ex(q.bias_index))
+        if q is not None and q.scale is not None:
+            q = replace(q, scale=buffer_fn(q.scale), scale_index=ex(q.scale_index))
         return replace(stmt, sram=buffer_fn(stmt.sram), dram=buffer_fn(stmt.dram),
                        sram_index=ex(stmt.sram_index), dram_index=ex(stmt.dram_index), y_size=ex(stmt.y_size),
                        x_size=ex(stmt.x_size), x_stride=ex(stmt.x_stride), pads=tuple(ex(p) for p in stmt.pads),
@@ -318,9 +328,9 @@ def uses(stmt):
             buffers.update((s.sram, s.dram))
             for e in (s.sram_index, s.dram_index, s.y_size, s.x_size, s.x_stride, *s.pads):
                 expr(e)
-            if s.requant is not None and s.requant.bias is not None:
-                buffers.add(s.requant.bias)
-                expr(s.requant.bias_index)
+            for buffer, index in s.requant.operands() if s.requant is not None else []:
+                buffers.add(buffer)
+                expr(index)
         elif isinstance(s, (Gemm, Alu)):
             buffers.update(b for b in (s.acc, getattr(s, "inp", None), getattr(s, "wgt", None),
                                        getattr(s, "src", None)) if b is not None)
@@ -370,7 +380,8 @@ def format_ir(stmt, indent=0):
         if stmt.requant:
             q = stmt.requant
             bias = f", bias={_idx(q.bias, q.bias_index)}" if q.bias else ""
-            pads += f" requant(mul={q.mul}, shift={q.shift}{', relu' if q.relu else ''}{bias})"
+            scale = f", scale={_idx(q.scale, q.scale_index)}" if q.scale else ""
+            pads += f" requant(mul={q.mul}, shift={q.shift}{', relu' if q.relu else ''}{scale}{bias})"
         return (f"{pad}dma.{stmt.direction} {stmt.mem.name.lower()} {dst} <- {src} "
                 f"y={simplify(stmt.y_size)} x={simplify(stmt.x_size)} stride={simplify(stmt.x_stride)}{pads}\n")
     if isinstance(stmt, Gemm):

@@ -13,7 +13,11 @@ shift, lo, hi)`` in the accumulator (``(lo, hi)`` from
 int8 outputs): one
 ALU operation per term, in place (the compiler moves bias, ``mul``, ``shift``
 and the clip into the STORE). ``scale`` is an optional per-output-channel
-int32 multiplier (layout like the bias): per-channel requantization.
+int32 multiplier (layout like the bias): per-channel requantization. With
+``scaled_residual`` the (rescaled) residual joins the accumulator before the
+scale instead, ``clip(((acc + residual · residual_scale) · scale + bias) >>
+shift)``: the scale and the bias then ride on the STORE of a config with
+``per_channel_store``.
 
 A **grouped** conv2d whose groups each keep their width and fit in a block
 (``group_channels`` channels per group dividing the block; depthwise, ONNX's
@@ -66,6 +70,7 @@ class Conv2dSpec:
     scale: bool = False           # per-output-channel multiplier of the accumulator (an ALU vector MUL)
     group_channels: int = 0       # 0: dense; k: groups of k channels inside a block (1: depthwise; see above)
     residual_scale: bool = False  # the residual is multiplied by an int32 per-channel input (one ALU vector MUL)
+    scaled_residual: bool = False  # the residual joins before the scale (needs scale, residual and residual_scale)
 
     @property
     def out_height(self):
@@ -247,15 +252,15 @@ def conv2d_compute(spec, cfg):
 
     def epilogue(n, o, y, x, b, oo):
         v = conv[n, o, y, x, b, oo]
+        residual = scaled[n, o, y, x, b, oo] if scaled is not None else \
+            inputs["residual"][n, o, y, x, b, oo].astype(acc) if spec.residual else None
+        if spec.scaled_residual:                # it joins before the scale
+            v, residual = v + residual, None
         if spec.scale:
             v = v * inputs["scale"][o, b, oo]
-        terms = []
-        if spec.bias:
-            terms.append(inputs["bias"][o, b, oo])
-        if scaled is not None:
-            terms.append(scaled[n, o, y, x, b, oo])
-        elif spec.residual:
-            terms.append(inputs["residual"][n, o, y, x, b, oo].astype(acc))
+        terms = [inputs["bias"][o, b, oo]] if spec.bias else []
+        if residual is not None:
+            terms.append(residual)
         return _epilogue(v, spec, terms, c.out_width)
 
     res = te.compute(shape, epilogue, "epilogue", dtype=acc)
@@ -439,6 +444,9 @@ def conv2d(spec, config="default", tiles=None):
     if spec.residual_scale and not (spec.residual and (spec.residual_mul, spec.residual_shift) == (1, 0)):
         raise ScheduleError("residual_scale multiplies a residual in place of residual_mul and residual_shift: "
                             "it needs residual=True and those at 1 and 0")
+    if spec.scaled_residual and not (spec.scale and spec.residual_scale):
+        raise ScheduleError("scaled_residual adds the residual before the per-channel scale: it needs scale=True "
+                            "and residual_scale=True")
     t = tiles or conv_tiles(spec, cfg)
     inputs, out, (padded, conv, res, scaled) = conv2d_compute(spec, cfg)
     s = create_schedule(out)

@@ -27,7 +27,9 @@ class StoreUnit(wiring.Component):
     ``vector_passes`` cycles when requantizing) through a seven-stage
     pipeline and a small FIFO, into a :class:`RowWriter`; retires
     when every write response is in. A ``set_bias`` STORE reads one ACC entry
-    into the bias register instead. Without ``requant_store`` there is no
+    into the bias register instead (with ``per_channel_store``: into the scale
+    register when it has ``requant``, whose lanes then multiply in place of
+    ``mul`` where ``mul = 0``, before the bias is added). Without ``requant_store`` there is no
     requantizer: OUT entries go to the FIFO a cycle after they are read, or
     with ``slow_clock`` straight to the writer, the output buffer's
     read port holding each until the writer takes it.
@@ -113,8 +115,10 @@ class StoreUnit(wiring.Component):
         if c.requant_store:
             requant, set_bias = insn.requant, insn.set_bias
             bias = Signal.like(self.acc_read.data)            # the bias register: zero after reset
+            # the scale register (per_channel_store), zero after reset too
+            scale = Signal.like(self.acc_read.data) if c.per_channel_store else None
             m.d.comb += [self.acc_read.addr.eq(addr), self.acc_read.en.eq(1)]
-            element, valid, gap = self._requantizer(m, insn, issue, read_valid, bias)
+            element, valid, gap = self._requantizer(m, insn, issue, read_valid, bias, scale)
         elif not c.slow_clock:       # an OUT entry, registered as it leaves the SRAM, is the element
             element = pipe(m, self.out_read.data, "element", data=True)
             valid = [read_valid, pipe(m, read_valid, "element_valid")]
@@ -170,7 +174,13 @@ class StoreUnit(wiring.Component):
                     with m.If(self.acc_read_free):
                         m.next = "BIAS_LATCH"
                 with m.State("BIAS_LATCH"):
-                    m.d.sync += bias.eq(self.acc_read.data)
+                    if scale is None:
+                        m.d.sync += bias.eq(self.acc_read.data)
+                    else:
+                        with m.If(insn.requant):
+                            m.d.sync += scale.eq(self.acc_read.data)
+                        with m.Else():
+                            m.d.sync += bias.eq(self.acc_read.data)
                     m.d.comb += done.eq(1)
                     m.next = "IDLE"
             with m.State("STREAM"):
@@ -221,10 +231,11 @@ class StoreUnit(wiring.Component):
         m.d.sync += [room.eq(room - issue + taken), has_room.eq(taken | ~((room == 0) | ((room == 1) & issue)))]
         return has_room, Cat(*valid).any() | queue.r_rdy
 
-    def _requantizer(self, m, insn, issue, read_valid, bias):
+    def _requantizer(self, m, insn, issue, read_valid, bias, scale):
         """The element each SRAM read makes, plain or requantized; returns ``(element, valids, gap)``:
         the valid bit of every stage (the last one's element enters the FIFO) and the cycles left
-        before a requantizing STORE may read its next entry."""
+        before a requantizing STORE may read its next entry. ``scale``: the scale register, or None
+        without ``per_channel_store``."""
         c = self.cfg
         # SRAM reads feed the FIFO through seven stages, one step each: read ·
         # registered · + bias · × mul (two halves) · sum · >> shift · clip.
@@ -252,21 +263,35 @@ class StoreUnit(wiring.Component):
             with m.Else():
                 m.d.sync += acc.eq(self.acc_read.data)
             with m.If(valid[1] & insn.requant):
-                m.d.sync += bias.eq(Cat(bias.as_value()[slice_bits:], bias.as_value()[:slice_bits]))
+                for register in (bias, scale) if scale is not None else (bias,):
+                    m.d.sync += register.eq(Cat(register.as_value()[slice_bits:], register.as_value()[:slice_bits]))
         else:
             m.d.sync += [valid[1].eq(read_valid), acc.eq(self.acc_read.data)]
             m.d.comb += last[1].eq(1)
         biased = [Signal(signed(w), name=f"biased_{k}", reset_less=True) for k in range(width)]   # wraps, as ALU ADD does
-        m.d.sync += [b.eq(acc[k] + Mux(insn.bias, bias[k], 0)) for k, b in enumerate(biased)]
+        if scale is None:
+            muls, late = [insn.mul] * width, [0] * width
+            m.d.sync += [b.eq(acc[k] + Mux(insn.bias, bias[k], 0)) for k, b in enumerate(biased)]
+        else:
+            # Per channel (mul = 0, a flag of the instruction's head, which is stable): each lane's multiplier
+            # is its scale, registered beside the accumulator, and the bias is added after the multiply.
+            per_lane = pipe(m, insn.mul == 0, "per_lane", data=True)
+            muls = [Signal(signed(w), name=f"mul_{k}", reset_less=True) for k in range(width)]
+            late = [Signal(signed(w), name=f"late_bias_{k}", reset_less=True) for k in range(width)]
+            for k, b in enumerate(biased):
+                m.d.sync += [b.eq(acc[k] + Mux(insn.bias & ~per_lane, bias[k], 0)),
+                             muls[k].eq(Mux(per_lane, scale[k], insn.mul)),
+                             late[k].eq(Mux(insn.bias & per_lane, bias[k], 0))]
+            late = [pipe(m, v, f"late_bias_{k}_1", data=True) for k, v in enumerate(late)]
         # acc·mul mod 2**w = lo·mul + hi·mul·2**half (mod 2**w), lo and hi the halves of acc: the two
         # partial products are registered apart from their sum, so no adder follows a multiplier.
         half = w // 2
         products = []
         for k, b in enumerate(biased):
             # (products reset, as the GEMM's are: see hw/core.py)
-            low = pipe(m, (b.as_unsigned()[:half] * insn.mul)[:w], f"product_lo_{k}")
-            high = pipe(m, (b[half:] * insn.mul)[:w - half], f"product_hi_{k}")
-            products.append(pipe(m, (low + (high << half))[:w].as_signed(), f"product_{k}", data=True))
+            low = pipe(m, (b.as_unsigned()[:half] * muls[k])[:w], f"product_lo_{k}")
+            high = pipe(m, (b[half:] * muls[k])[:w - half], f"product_hi_{k}")
+            products.append(pipe(m, (low + (high << half) + late[k])[:w].as_signed(), f"product_{k}", data=True))
         hi = (1 << (c.out_width - 1)) - 1
         lo = Mux(insn.relu, 0, -hi - 1)
         quantized = []

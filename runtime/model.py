@@ -463,8 +463,13 @@ def _accelerator_step(node, shapes, consts, cfg, schedules=None):
     if node.op == "QConv":
         N, C, H, W = x_shape
         residual, grouped = bool(layer_input(node, "residual")), a.get("group", 1) != 1
-        rescale, packed = residual_rescale(a.get("residual_mul", 1), a.get("residual_shift", 0), O, cfg) \
-            if residual else ({}, {})
+        if layer_input(node, "residual_scale"):     # the residual joins before the per-channel scale
+            rescale = dict(residual_scale=True, scaled_residual=True)
+            packed = {"residual_scale": pack_bias(consts[layer_input(node, "residual_scale")], cfg.batch,
+                                                  cfg.block_out)}
+        else:
+            rescale, packed = residual_rescale(a.get("residual_mul", 1), a.get("residual_shift", 0), O, cfg) \
+                if residual else ({}, {})
         spec = Conv2dSpec(round_up(N, cfg.batch), round_up(C, cfg.block_in), H, W, round_up(O, cfg.block_out),
                           tuple(w.shape[2:]), a["stride"], a["padding"], residual=residual,
                           group_channels=w.shape[1] if grouped else 0, **rescale, **epilogue)

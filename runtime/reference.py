@@ -25,9 +25,10 @@ def requantize(acc, mul, shift, relu):
 
 
 def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
-                     residual_mul=1, residual_shift=0, scale=None, groups=1):
+                     residual_mul=1, residual_shift=0, scale=None, groups=1, residual_scale=None):
     """``groups``: a grouped conv (weights O×(C/groups)×KH×KW), each output channel's group of inputs
-    ``o // (O/groups)``."""
+    ``o // (O/groups)``. ``residual_scale`` (int32, one per output channel): the residual times it joins the
+    accumulator before ``scale`` (``residual_mul`` and ``residual_shift`` then unused)."""
     x = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     O, _, KH, KW = weight.shape
     C = data.shape[1]
@@ -42,6 +43,9 @@ def conv2d_reference(data, weight, bias=None, *, stride=1, padding=0, mul=1, shi
                                                                                      (g + 1) * (O // groups))
                 acc[:, cout] += np.einsum("nchw,oc->nohw", patch[:, cin], weight[cout, :, kh, kw].astype(np.int64),
                                           optimize=True)
+    if residual_scale is not None:
+        acc = acc + residual.astype(np.int64) * residual_scale.astype(np.int64)[None, :, None, None]
+        residual = None
     if scale is not None:
         acc = _wrap32(_wrap32(acc) * scale.astype(np.int64)[None, :, None, None])
     if bias is not None:

@@ -296,6 +296,8 @@ class FunctionalSimulator:
             self._transfer_dram = self.dram.data
         self.stats = stats = RunStats()
         self._bias = np.zeros(self._acc.shape[1:], dtype=np.int64)   # the store stream's bias register
+        # and its scale register (per_channel_store; None without it: mul = 0 then multiplies by 0)
+        self._scale = self._bias.copy() if self.cfg.per_channel_store else None
         self.executed = []
         depth_cmd, depth_tok = self.cfg.cmd_queue_slots, self.cfg.token_queue_depth
         cmd = {s: deque() for s in Stream}         # (index, insn, queues it pops, queues it pushes) per stream
@@ -479,7 +481,10 @@ class FunctionalSimulator:
             if insn.sram_base >= self.cfg.acc_depth:
                 raise ExecutionError(ErrorCode.SRAM_RANGE, f"STORE set_bias reads acc entry {insn.sram_base} "
                                                            f"but the buffer has {self.cfg.acc_depth}")
-            self._bias = self._acc[insn.sram_base].copy()
+            if insn.requant and self._scale is not None:
+                self._scale = self._acc[insn.sram_base].copy()
+            else:
+                self._bias = self._acc[insn.sram_base].copy()
             return
         if insn.moves_nothing:
             return
@@ -492,7 +497,7 @@ class FunctionalSimulator:
                                  f"STORE writes DRAM bytes [{start:#x}, {end:#x}), which reach into the program's "
                                  f"instructions [{self._program[0]:#x}, {self._program[1]:#x})")
         data = requantize(self._acc[span], insn.mul, insn.shift, insn.relu, acc_width=self.cfg.acc_width,
-                          out_width=self.cfg.out_width, bias=self._bias if insn.bias else 0) \
+                          out_width=self.cfg.out_width, bias=self._bias if insn.bias else 0, scale=self._scale) \
             if insn.requant else self._out[span]
         data = data.astype(data.dtype.newbyteorder("<")).view(np.uint8).reshape(insn.y_size, -1)
         if insn.x_stride >= insn.x_size:

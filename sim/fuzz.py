@@ -6,7 +6,9 @@ SRAMs. Each step has a load block (random padded LOADs of INP and WGT), a
 compute block (random LOAD UOP / ACC / ACC8, GEMM and ALU instructions whose
 indices stay inside the region) and a store block (a random STORE out of
 the region, requantizing accumulators now and then, with a bias row latched
-by ``set_bias`` or left from an earlier store). Tokens order exactly what conflicts: load → compute and
+by ``set_bias`` or left from an earlier store, and on a config with
+``per_channel_store`` now and then per channel, by a scale row latched the
+same way). Tokens order exactly what conflicts: load → compute and
 compute → store (RAW), compute → load and store → compute (WAR on a
 region's reuse ``T`` steps later). Blocks are emitted in a random order
 consistent with those dependencies, so the streams interleave differently
@@ -141,6 +143,10 @@ class _Generator:
                            bias=r.random() < 0.6)
             if requant["bias"] and self.rng.random() < 0.7:     # else the register from an earlier store
                 insns.append(Store(set_bias=True, sram_base=base + self.rng.randint(0, size - 1)))
+            if self.cfg.per_channel_store and r.random() < 0.5:     # per channel: the scale register's lanes
+                requant["mul"] = 0
+                if r.random() < 0.7:
+                    insns.append(Store(set_bias=True, requant=True, sram_base=base + r.randint(0, size - 1)))
         return insns + [Store(memory_type=MemType.OUT, sram_base=base + self.rng.randint(0, size - y * x),
                               dram_base=dram, y_size=y, x_size=x, x_stride=stride, **requant)]
 

@@ -194,6 +194,7 @@ class ReferenceMachine:
         assert program and isinstance(program[-1], Finish), "programs end with FINISH"
         self.stats = self._fresh_stats()
         self.bias = [0] * (self.cfg.batch * self.cfg.block_out)
+        self.scale = [0] * (self.cfg.batch * self.cfg.block_out)     # the scale register (store_scale)
         for insn in program:
             self.stats["dram_bytes_read"]["insn"] += INSN_BYTES
             self.stats["instructions"][_stream(insn)] += 1
@@ -232,7 +233,10 @@ class ReferenceMachine:
         assert insn.memory_type == MemType.OUT
         if insn.set_bias:
             assert insn.sram_base < len(self.acc), "set_bias beyond the accumulators"
-            self.bias = self.acc[insn.sram_base].flatten().tolist()
+            if insn.requant and self.cfg.requant_store and self.cfg.store_scale:
+                self.scale = self.acc[insn.sram_base].flatten().tolist()
+            else:
+                self.bias = self.acc[insn.sram_base].flatten().tolist()
             return
         if insn.x_size == 0 or insn.y_size == 0:
             return
@@ -245,8 +249,13 @@ class ReferenceMachine:
                     lo = 0 if insn.relu else -hi - 1
                     bias = self.bias if insn.bias else [0] * len(self.bias)
                     w = self.cfg.acc_width
-                    values = [min(max(to_signed(to_signed(v + b, w) * insn.mul, w) >> insn.shift, lo), hi)
-                              for v, b in zip(self.acc[index].flatten().tolist(), bias)]
+                    accs = self.acc[index].flatten().tolist()
+                    if insn.mul == 0 and self.cfg.requant_store and self.cfg.store_scale:
+                        # per channel: clip((acc · scale + bias) >> shift, lo, hi), wrapped
+                        sums = [to_signed(to_signed(v * k, w) + b, w) for v, k, b in zip(accs, self.scale, bias)]
+                    else:
+                        sums = [to_signed(to_signed(v + b, w) * insn.mul, w) for v, b in zip(accs, bias)]
+                    values = [min(max(v >> insn.shift, lo), hi) for v in sums]
                 else:
                     values = self.out[index].flatten().tolist()
                 raw = encode_values(values, self.cfg.out_width)

@@ -137,6 +137,16 @@ class HwConfig:
         ``RESERVED_BITS``), and the compiler requantizes with ALU
         instructions before a plain STORE: the same outputs, in fewer DSP
         blocks and less logic, and the ALU busier.
+    store_scale : bool
+        With ``requant_store``: the requantizing STORE also requantizes per
+        channel, ``clip((acc · scale + bias) >> shift)`` with ``scale`` a
+        per-lane register (a ``set_bias`` STORE with ``requant`` loads it,
+        ``mul = 0`` selects it), so the per-channel multiply leaves the
+        compute stream. It costs each requantizing lane a 32-bit multiplier
+        operand (16×32 products where 16×16 did) and the register. Without it
+        those two encodings keep their plain meaning (``mul = 0`` multiplies
+        by 0; ``set_bias`` loads the bias register) and the compiler
+        multiplies per channel on the ALU.
     perf_counters : bool
         Build the performance counters (:data:`tilewright.hw.regs.COUNTERS`).
         Without them only ``cycles`` counts, the other counter registers read
@@ -163,6 +173,7 @@ class HwConfig:
     vector_lanes: int = _option(0)
     perf_counters: bool = _option(True)
     requant_store: bool = _option(True)
+    store_scale: bool = _option(True)
     serial_mul: bool = _option(False)
     lean: bool = _option(False)
     serial_core: bool = _option(False)
@@ -305,6 +316,12 @@ class HwConfig:
         return self.batch * self.block_out // self.vector_width
 
     @property
+    def per_channel_store(self):
+        """Whether the requantizing STORE has the per-lane scale register (``requant_store`` and
+        ``store_scale``)."""
+        return self.requant_store and self.store_scale
+
+    @property
     def bus_bytes(self):
         return self.dram_bus_width // 8
 
@@ -377,7 +394,8 @@ PRESETS = {
     "slim": _SMALL.replace(name="slim", vector_lanes=2, lean=True, requant_store=False),
     # The 45F has 72 MULT18X18D (ALU 8 lanes x 3, requantize 8 x 2, range checks 3: 24 GEMM products fit)
     # and 108 DP16KD (each accumulator read port is 8 of them per 512 entries).
-    "compact": _SMALL.replace(name="compact", acc_buffer_bytes=16 * 1024, soft_products=40),
+    # (no per-lane scale register: its wider multipliers would take 8 more)
+    "compact": _SMALL.replace(name="compact", acc_buffer_bytes=16 * 1024, soft_products=40, store_scale=False),
     # The 85F's 1x16x16, built the way `slim` is. DP16KD are at most 36 bits wide: a 2048-bit weight entry
     # takes 57 of them at any depth up to 512. Of the 156 MULT18X18D the two-lane ALU takes 6, and 146 hold
     # GEMM products; the other 110 products are built from logic.

@@ -265,6 +265,12 @@ class Store(_Mem):
     nothing and loads the bias register from ``acc[sram_base]`` instead
     (the register is zero at the start of a run). A config without
     ``requant_store`` has none of these fields: their bits are reserved.
+
+    Per channel (a config with ``per_channel_store``): a ``set_bias`` STORE
+    with ``requant`` loads the scale register instead of the bias register
+    (zero at the start of a run too), and ``mul = 0`` (which would zero
+    every output) selects it: ``clip((acc · scale + bias) >> shift, lo, hi)``,
+    the multiply before the bias as the per-channel epilogue has it.
     """
     OPCODE: ClassVar[Opcode] = Opcode.STORE
     MNEMONIC: ClassVar[str] = "store"
@@ -272,10 +278,12 @@ class Store(_Mem):
     requant: bool = _flag("read ACC and requantize on the way out", _requant(1))
     relu: bool = _flag("requantize: clip below at 0 instead of the output minimum", _requant(1))
     shift: int = _field(_requant(SHIFT_BITS), "requantize: arithmetic right shift after the multiply")
-    mul: int = _field(_requant(IMM_BITS), "requantize: multiplier (the low acc_width bits of acc · mul are kept)",
+    mul: int = _field(_requant(IMM_BITS), "requantize: multiplier (the low acc_width bits of acc · mul are kept; "
+                      "0: the scale register's, per lane, with per_channel_store)",
                       signed=True, default=1)
     bias: bool = _flag("requantize: add the bias register to the accumulators first", _requant(1))
-    set_bias: bool = _flag("load the bias register from acc[sram_base]; nothing is stored", _requant(1))
+    set_bias: bool = _flag("load the bias register (with requant and per_channel_store: the scale register) from "
+                           "acc[sram_base]; nothing is stored", _requant(1))
 
     @property
     def moves_nothing(self):

@@ -78,13 +78,18 @@ def out_range(out_width, relu=False):
     return (0 if relu else -hi - 1), hi
 
 
-def requantize(acc, mul, shift, relu, *, acc_width, out_width, bias=0):
+def requantize(acc, mul, shift, relu, *, acc_width, out_width, bias=0, scale=None):
     """A requantizing STORE's output values (``out_width`` dtype) from accumulators ``acc``.
 
     ``clip(((acc + bias) · mul) >> shift, *out_range(out_width, relu))``, the
     sum and the product each wrapped to ``acc_width`` as the ALU's ADD and MUL
-    wrap.
+    wrap. Given a per-lane ``scale`` (the scale register of a config with
+    ``per_channel_store``) and ``mul = 0``, it is ``clip((acc · scale + bias) >>
+    shift)`` instead: the per-channel epilogue, product and sum wrapped.
     """
-    total = wrap(np.asarray(acc, dtype=np.int64) + np.asarray(bias, dtype=np.int64), acc_width)
-    product = wrap(total * mul, acc_width)
-    return np.clip(product >> shift, *out_range(out_width, relu)).astype(f"int{out_width}")
+    acc, bias = np.asarray(acc, dtype=np.int64), np.asarray(bias, dtype=np.int64)
+    if scale is not None and mul == 0:
+        total = wrap(wrap(acc * np.asarray(scale, dtype=np.int64), acc_width) + bias, acc_width)
+    else:
+        total = wrap(wrap(acc + bias, acc_width) * mul, acc_width)
+    return np.clip(total >> shift, *out_range(out_width, relu)).astype(f"int{out_width}")

@@ -326,11 +326,14 @@ def _requantize_int(acc, node):
                       acc_width=QUANTIZED_WIDTHS.acc_width, out_width=QUANTIZED_WIDTHS.out_width)
 
 
-def _qconv(node, x, w, b, r=None, scale=None):
+def _qconv(node, x, w, b, r=None, scale=None, residual_scale=None):
     """QConv (graph.quantize) exactly as the accelerator computes it."""
     p = node.attr("padding")
     acc = _wrap32(exact_integer_conv(x.astype(np.int64), w.astype(np.int64), strides=[node.attr("stride")] * 2,
                                      pads_begin=[p, p], pads_end=[p, p], group=node.attr("group", 1)))
+    if residual_scale is not None:      # the residual joins before the per-channel scale
+        acc = _wrap32(acc + _wrap32(r.astype(np.int64) * residual_scale.astype(np.int64).reshape(1, -1, 1, 1)))
+        r = None
     if scale is not None:
         acc = _wrap32(acc * scale.astype(np.int64).reshape(1, -1, 1, 1))
     acc = _wrap32(acc + b.astype(np.int64).reshape(1, -1, 1, 1))

@@ -11,7 +11,13 @@ then rewrites it:
   accumulator is multiplied by a per-channel int32 ``scale`` to a common
   fixed point of ``2**-shift`` output steps, where the bias and the residual
   (``(r · residual_mul) << residual_shift``) join it, and the STORE shifts
-  and clips: ``clip((acc · scale[c] + bias + residual·k) >> shift)``. With
+  and clips: ``clip((acc · scale[c] + bias + residual·k) >> shift)``. A
+  residual worth at least RESIDUAL_STEPS_MIN accumulator steps per step of
+  its own joins the accumulator before the scale instead, multiplied by a
+  per-channel int32 ``residual_scale`` (its steps in accumulator steps,
+  rounded): ``clip(((acc + residual · residual_scale[c]) · scale[c] + bias)
+  >> shift)``, so the per-channel multiply and the bias ride on the STORE of
+  a config with ``per_channel_store`` (docs/isa.md). With
   per-tensor weights the STORE's scalar multiplier does the rescale:
   ``clip(((acc + bias + residual·k) · mul) >> shift)``. Either way the
   shift is the largest that cannot overflow 32 bits on the calibrated
@@ -47,6 +53,10 @@ OVERFLOW_MARGIN = 4.0
 MUL_MAX = (1 << (IMM_BITS - 1)) - 1
 SHIFT_MAX = (1 << SHIFT_BITS) - 1
 ACC_LIMIT = 1 << (QUANTIZED_WIDTHS.acc_width - 1)
+#: A per-channel residual joins the accumulator before the scale when each of its steps is worth at least
+#: this many accumulator steps: the rounded multiplier is then within 1/256 of the exact one, no coarser than
+#: the per-tensor residual's (and the scale's) rounding.
+RESIDUAL_STEPS_MIN = 128
 #: Percentile calibration keeps at most this many magnitudes per tensor (a uniform subsample).
 POOL_SIZE = 200_000
 
@@ -144,10 +154,11 @@ class QuantLayer:
     multiplier_error: float = 0.0  # worst relative error of the integer rescale(s)
     input_zero_point: int = 0
     output_zero_point: int = 0
+    residual_scaled: bool = False  # the residual joins before the per-channel scale (a residual_scale vector)
 
 
 #: Input roles of the quantized layers, in order ("" for an absent optional input).
-LAYER_INPUTS = {"QConv": ("data", "weight", "bias", "residual", "scale"),
+LAYER_INPUTS = {"QConv": ("data", "weight", "bias", "residual", "scale", "residual_scale"),
                 "QDense": ("data", "weight", "bias", "scale")}
 
 
@@ -166,6 +177,7 @@ class _Requant:
     attrs: dict                    # mul, shift[, residual_mul, residual_shift]
     weight_scale: float            # the largest
     error: float                   # worst relative error of the integer rescales
+    residual_scale: np.ndarray | None = None    # int32 per output channel: the residual before the scale
 
 
 def _int32_bias(b):
@@ -226,12 +238,20 @@ def _requant_per_channel(w, s_x, s_y, b, preact_peak, s_r, *, s_w=None, z_x=0, z
     bias -= z_x * wq.astype(np.int64).reshape(len(wq), -1).sum(axis=1) * scale.astype(np.int64)
     attrs = dict(mul=1, shift=shift)
     error = float(np.max(np.abs(scale - exact) / np.maximum(exact, 1e-30))) if len(exact) else 0.0
+    residual_scale = None
     if s_r is not None:
-        r_mul, r_shift, r_error = _residual_rescale(s_r / s_y * 2 ** shift)
-        attrs |= dict(residual_mul=r_mul, residual_shift=r_shift)
-        error = max(error, r_error)
-        bias -= z_r * r_mul * 2 ** r_shift
-    return _Requant(wq, bias, scale.astype(np.int32), attrs, float(s_w.max()), error)
+        steps = s_r / (s_x * s_w)           # accumulator steps per step of the residual, per channel
+        if steps.min() >= RESIDUAL_STEPS_MIN and steps.max() < ACC_LIMIT:
+            residual_scale = np.rint(steps).astype(np.int64)
+            error = max(error, float(np.max(np.abs(residual_scale - steps) / steps)))
+            bias -= z_r * residual_scale * scale.astype(np.int64)
+            residual_scale = residual_scale.astype(np.int32)
+        else:
+            r_mul, r_shift, r_error = _residual_rescale(s_r / s_y * 2 ** shift)
+            attrs |= dict(residual_mul=r_mul, residual_shift=r_shift)
+            error = max(error, r_error)
+            bias -= z_r * r_mul * 2 ** r_shift
+    return _Requant(wq, bias, scale.astype(np.int32), attrs, float(s_w.max()), error, residual_scale)
 
 
 def _worst_preact(w, b, x_params, r_params):
@@ -427,12 +447,15 @@ def quantize(graph, ranges, *, qparams=None, with_layers=False, per_channel=True
                 x, conv = padded(x, conv["padding"]), dict(conv, padding=0)
             op = "QConv" if conv is not None else "QDense"
             roles = dict(data=x, weight=f"{node.name}/wq", bias=f"{node.name}/bq", residual=r or "",
-                         scale=f"{node.name}/scale" if rq.scale is not None else "")
+                         scale=f"{node.name}/scale" if rq.scale is not None else "",
+                         residual_scale=f"{node.name}/rscale" if rq.residual_scale is not None else "")
             constants[roles["weight"]] = rq.weights
             # (wrapped like the hardware's sums: zero-point terms may overflow on the way and cancel)
             constants[roles["bias"]] = wrap(rq.bias, 32).astype(np.int32)
             if rq.scale is not None:
                 constants[roles["scale"]] = rq.scale
+            if rq.residual_scale is not None:
+                constants[roles["residual_scale"]] = rq.residual_scale
             attrs = rq.attrs | dict(relu=_relu(node, z_y), input_scale=s_x, weight_scale=rq.weight_scale,
                                     output_scale=s_y)
             if conv is not None:
@@ -446,7 +469,7 @@ def quantize(graph, ranges, *, qparams=None, with_layers=False, per_channel=True
             renamed[out] = q
             layers.append(QuantLayer(node.name, node.op, s_x, rq.weight_scale, s_y, attrs["mul"], attrs["shift"],
                                      attrs.get("residual_mul", 0), attrs.get("residual_shift", 0),
-                                     rq.scale is not None, rq.error, z_x, z_y))
+                                     rq.scale is not None, rq.error, z_x, z_y, rq.residual_scale is not None))
         elif node.op == "Shape":        # reads only the shape: the int8 tensor will do
             nodes.append(Node(node.op, inputs, node.outputs, node.attrs, node.name))
         elif node.op in INT8_EXACT_OPS and inputs[0] in qp and (node.op != "Relu" or qp[inputs[0]][1] == 0):

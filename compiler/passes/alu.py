@@ -136,8 +136,12 @@ def fuse_requant(func, cfg):
     the store stream does that work concurrently with compute. A vector ADD
     before them whose operand is one element per store (a bias broadcast
     over the tile) moves into the store too (ADDs commute, so it may sit
-    before other vector ADDs, such as a residual). A config without the
-    requantizing STORE (``requant_store``) keeps the ALU operations.
+    before other vector ADDs, such as a residual). On a config with
+    ``per_channel_store``, a vector MUL by one element per store (a
+    per-channel scale) right before that bias ADD, or before the tail when
+    there is no bias, moves into the store as well: ``clip((acc · scale +
+    bias) >> shift)``. A config without the requantizing STORE
+    (``requant_store``) keeps the ALU operations.
     """
     if not cfg.requant_store:
         return func
@@ -147,7 +151,7 @@ def fuse_requant(func, cfg):
         body, changed, i = list(seq.body), False, 0
         while i < len(body):
             dma = _leaf(body[i], ir.Dma)
-            fused = _requant_tail(body, i, dma, lo, hi) if dma is not None else None
+            fused = _requant_tail(body, i, dma, lo, hi, cfg.per_channel_store) if dma is not None else None
             if fused:
                 requant, used, store = fused
                 body[i] = _replace_leaf(store, lambda d: dataclasses.replace(d, requant=requant))
@@ -163,9 +167,10 @@ def fuse_requant(func, cfg):
     return func.with_body(ir.transform(func.body, rewrite))
 
 
-def _requant_tail(body, i, dma, lo, hi):
+def _requant_tail(body, i, dma, lo, hi, per_channel):
     """``(Requant, indices of the ALU statements it replaces, store nest)`` if ``body[i]`` can requantize what
-    precedes it (the store nest is split into one store per row when that lets it add the bias)."""
+    precedes it (the store nest is split into one store per row when that lets it add the bias, and with
+    ``per_channel`` multiply by the scale)."""
     buf = dma.sram
     if dma.direction != "store" or dma.requant or any(buf in ir.uses(s)[1] for s in body[i + 1:]):
         return None
@@ -182,20 +187,37 @@ def _requant_tail(body, i, dma, lo, hi):
     rest, mul, shift = tail[:-2], 1, 0
     if rest and rest[-1][0] == AluOp.SHR and 0 <= rest[-1][1] < (1 << SHIFT_BITS):     # the STORE's shift field
         shift = rest.pop()[1]
-    if rest and rest[-1][0] == AluOp.MUL:
+    if rest and rest[-1][0] == AluOp.MUL and not (per_channel and rest[-1][1] == 0):    # (mul 0: the scale's)
         mul = rest.pop()[1]
     used = list(range(i - (len(tail) - len(rest)), i))
     requant = ir.Requant(mul, shift, clip[AluOp.MAX] == 0)
-    if not rest:        # nothing left between the vector ADDs and the fused tail
-        for k in range(used[0] - 1, -1, -1):
-            alu = _leaf(body[k], ir.Alu)
-            if alu is None or alu.acc is not buf or alu.op != AluOp.ADD or alu.imm is not None \
-                    or _nest_elements(body[k]) != buf.elements:
-                break
-            for store in _store_splits(body[i]):
-                index = _bias_index(body[k], store)
-                if index is not None:
-                    return dataclasses.replace(requant, bias=alu.src, bias_index=index), [k] + used, store
+    if rest:            # something left between the vector operations and the fused tail
+        return requant, used, body[i]
+
+    def vector(k, op):
+        alu = _leaf(body[k], ir.Alu) if k >= 0 else None
+        return alu is not None and alu.acc is buf and alu.op == op and alu.imm is None \
+            and _nest_elements(body[k]) == buf.elements
+    adds = []           # the vector ADDs right before the tail, nearest first
+    while vector(used[0] - 1 - len(adds), AluOp.ADD):
+        adds.append(used[0] - 1 - len(adds))
+    # Per channel: (acc · scale + bias) >> shift, with at most the bias between the scale's MUL and the tail.
+    mul_at = used[0] - 1 - len(adds)
+    if per_channel and mul == 1 and len(adds) <= 1 and vector(mul_at, AluOp.MUL):
+        for store in _store_splits(body[i]):
+            scale = _operand_index(body[mul_at], store)
+            bias = _operand_index(body[adds[0]], store) if adds else None
+            if scale is not None and (bias is not None or not adds):
+                fused = dataclasses.replace(requant, scale=_leaf(body[mul_at], ir.Alu).src, scale_index=scale)
+                if adds:
+                    fused = dataclasses.replace(fused, bias=_leaf(body[adds[0]], ir.Alu).src, bias_index=bias)
+                return fused, [mul_at] + adds + used, store
+    for k in adds:
+        for store in _store_splits(body[i]):
+            index = _operand_index(body[k], store)
+            if index is not None:
+                bias = _leaf(body[k], ir.Alu).src
+                return dataclasses.replace(requant, bias=bias, bias_index=index), [k] + used, store
     return requant, used, body[i]
 
 
@@ -224,10 +246,10 @@ def _store_splits(store):
                 x_stride=piece)))
 
 
-def _bias_index(add, store):
+def _operand_index(add, store):
     """The operand element (an expression of the store's loops, and of loops around the tile when the operand
-    is held for more than one tile) that ``add`` adds to every element a store iteration reads, or None when
-    it is not one element per store iteration."""
+    is held for more than one tile) with which ALU nest ``add`` (a vector ADD or MUL) combines every element a
+    store iteration reads, or None when it is not one element per store iteration."""
     add_loops, alu = ir.loop_nest(add)
     store_loops, dma = ir.loop_nest(store)
     dst, src = as_expr(alu.uops[0].dst), as_expr(alu.uops[0].src)

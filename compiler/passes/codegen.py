@@ -84,7 +84,8 @@ class _Emitter:
             raise CodegenError(f"cannot generate code for {stmt!r}")
 
     def dma(self, d, env):
-        """The :class:`DmaItem` items of one DMA (a biased store is two: set_bias, then the store)."""
+        """The :class:`DmaItem` items of one DMA (a biased or scaled store loads its registers first: set_bias
+        STOREs, the scale's with requant)."""
         v = {f: _value(getattr(d, f), env) for f in ("sram_index", "dram_index", "y_size", "x_size", "x_stride")}
         pads = [_value(p, env) for p in d.pads]
         sram = d.sram.offset + v["sram_index"]
@@ -95,11 +96,17 @@ class _Emitter:
         if d.direction == "store":
             q, fields, out = d.requant, {}, []
             if q:
-                fields = dict(requant=True, mul=q.mul, shift=q.shift, relu=q.relu, bias=q.bias is not None)
-                if q.bias is not None:
-                    entry = q.bias.offset + _value(q.bias_index, env)
-                    out.append(DmaItem(Store(set_bias=True, sram_base=entry), Access(S, [("acc", entry, entry)], []),
-                                       False))
+                if q.scale is None and q.mul == 0 and self.cfg.per_channel_store:
+                    raise CodegenError("a requantizing store with mul 0 would multiply by the scale register on "
+                                       "this config (per_channel_store); fuse_requant keeps such a MUL on the ALU")
+                # (mul = 0 selects the scale register, which a set_bias STORE with requant loads)
+                fields = dict(requant=True, mul=0 if q.scale is not None else q.mul, shift=q.shift, relu=q.relu,
+                              bias=q.bias is not None)
+                for buffer, index, scale in ((q.scale, q.scale_index, True), (q.bias, q.bias_index, False)):
+                    if buffer is not None:
+                        entry = buffer.offset + _value(index, env)
+                        out.append(DmaItem(Store(set_bias=True, requant=scale, sram_base=entry),
+                                           Access(S, [("acc", entry, entry)], []), False))
             insn = Store(memory_type=MemType.OUT, sram_base=sram, dram_base=dram, y_size=y, x_size=x,
                          x_stride=stride, **fields)
             # A requantizing store reads the accumulators, a plain one the narrowed copies.

@@ -31,7 +31,7 @@ class LayerSpecError(ValueError):
 
 
 #: Spec fields added after tuning logs existed (left out of the key at 0, their default).
-_LATER_FIELDS = ("group_channels", "residual_scale")
+_LATER_FIELDS = ("group_channels", "residual_scale", "scaled_residual")
 
 
 @dataclasses.dataclass(frozen=True)

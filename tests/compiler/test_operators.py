@@ -501,6 +501,60 @@ def test_a_shifted_residual_is_one_vector_multiply():
     assert isa.AluOp.SHR not in ops and isa.AluOp.MUL in ops
 
 
+@pytest.mark.parametrize("backend", ["fsim", "rtl"])
+def test_a_per_channel_scale_is_applied_on_the_store_path(backend):
+    """With ``per_channel_store`` a per-channel conv's scale and bias both ride on the requantizing STORE
+    (``mul = 0``, the scale register loaded by a set_bias STORE with requant): no ALU instruction is left;
+    ``compact`` (no scale register) multiplies on the ALU. Both equal the reference."""
+    rng = np.random.default_rng(11)
+    x, w = rng.integers(-128, 128, (1, 16, 6, 6), np.int8), rng.integers(-128, 128, (24, 16, 3, 3), np.int8)
+    bias, scale = rand_i32(rng, 24), rand_i32(rng, 24)         # (anywhere in int32: product and sum wrap)
+    scale[:4] = [1, -1, 2**31 - 1, -2**31]
+    spec = Conv2dSpec(1, 16, 6, 6, 32, (3, 3), 1, 1, bias=True, shift=20, relu=True, scale=True)
+    for config in ("small", "compact"):
+        out, _ = tilewright.conv2d(x, w, bias, padding=1, shift=20, relu=True, scale=scale, config=config,
+                                   backend=backend)
+        np.testing.assert_array_equal(out, conv2d_ref(x, w, bias, 1, 1, 1, 20, True, None, 1, 0, scale))
+        insns = build(conv2d_schedule(spec, config)[0], config).instructions
+        stores = [i for i in insns if isinstance(i, isa.Store)]
+        if config == "small":
+            assert not any(isinstance(i, isa.Alu) for i in insns)
+            assert any(i.set_bias and i.requant for i in stores) and all(i.mul == 0 for i in stores if not i.set_bias)
+        else:
+            assert any(isinstance(i, isa.Alu) and i.alu_op == isa.AluOp.MUL for i in insns)
+            assert not any(i.set_bias and i.requant for i in stores)
+
+
+@pytest.mark.parametrize("backend", ["fsim", "rtl"])
+def test_a_residual_before_the_per_channel_scale_leaves_the_scale_on_the_store(backend):
+    """``scaled_residual`` (compiled models' per-channel residual layers): ``((acc + r · residual_scale) · scale +
+    bias) >> shift``; the ALU only multiplies and adds the residual, the STORE scales and adds the bias."""
+    from tilewright.runtime.reference import conv2d_reference
+    cfg = PRESETS["small"]
+    rng = np.random.default_rng(12)
+    x, w = rng.integers(-128, 128, (1, 16, 6, 6), np.int8), rng.integers(-128, 128, (16, 16, 3, 3), np.int8)
+    res = rng.integers(-128, 128, (1, 16, 6, 6), np.int8)
+    bias, scale, r_scale = rand_i32(rng, 16), rand_i32(rng, 16, limit=1 << 12), rand_i32(rng, 16)
+    spec = Conv2dSpec(1, 16, 6, 6, 16, (3, 3), 1, 1, bias=True, shift=18, scale=True, residual=True,
+                      residual_scale=True, scaled_residual=True)
+    program = build(conv2d_schedule(spec, cfg)[0], cfg)
+    tensors = {"data": layout.pack_nchw(x, cfg.batch, cfg.block_in),
+               "weight": layout.pack_oihw(w, cfg.block_out, cfg.block_in),
+               "residual": layout.pack_nchw(res, cfg.batch, cfg.block_out),
+               **{name: layout.pack_bias(v, cfg.batch, cfg.block_out)
+                  for name, v in (("bias", bias), ("scale", scale), ("residual_scale", r_scale))}}
+    out, _ = get_device(backend, cfg).run_program(program, tensors)
+    np.testing.assert_array_equal(layout.unpack_nchw(out["out"], 1, 16),
+                                  conv2d_reference(x, w, bias, padding=1, shift=18, residual=res, scale=scale,
+                                                   residual_scale=r_scale))
+    alu = sorted(i.alu_op.name for i in program.instructions if isinstance(i, isa.Alu))
+    assert set(alu) == {"ADD", "MUL"} and alu.count("MUL") == alu.count("ADD")
+    assert all(i.mul == 0 for i in program.instructions if isinstance(i, isa.Store) and i.requant and not i.set_bias)
+    from tilewright.compiler.schedule import ScheduleError
+    with pytest.raises(ScheduleError, match="scaled_residual"):
+        conv2d_schedule(Conv2dSpec(1, 16, 6, 6, 16, residual=True, residual_scale=True, scaled_residual=True), cfg)
+
+
 def test_residual_scale_needs_a_residual_without_its_immediates():
     from tilewright.compiler.schedule import ScheduleError
     for spec in (Conv2dSpec(1, 16, 6, 6, 16, residual_scale=True),

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tilewright.compiler.graph import ModelError, Node, run_graph, run_node
-from tilewright.compiler.graph.quantize import (MUL_MAX, calibrate, choose_requant, layer_report, quantize,
+from tilewright.compiler.graph.quantize import (MUL_MAX, calibrate, choose_requant, layer_input, layer_report, quantize,
                                                 sqnr_db)
 from tilewright.runtime.reference import conv2d_reference, dense_reference
 
@@ -54,6 +54,23 @@ def test_qconv_host_op_is_the_accelerator_arithmetic(relu, residual, per_channel
     np.testing.assert_array_equal(got, want)
 
 
+def test_qconv_host_op_adds_a_per_channel_residual_before_the_scale():
+    """With a residual_scale input the residual times it joins the accumulator before the per-channel scale (all
+    wrapping modulo 2**32)."""
+    rng = np.random.default_rng(8)
+    x, w = rng.integers(-128, 128, (1, 5, 6, 6), dtype=np.int8), rng.integers(-128, 128, (4, 5, 3, 3), dtype=np.int8)
+    b, r = rng.integers(-2 ** 30, 2 ** 30, 4).astype(np.int32), rng.integers(-128, 128, (1, 4, 6, 6), dtype=np.int8)
+    scale = rng.integers(1, 2 ** 20, 4).astype(np.int32)
+    r_scale = np.array([128, 5000, 2 ** 31 - 1, 300], np.int32)
+    node = Node("QConv", ["x", "w", "b", "r", "s", "q"], ["y"], dict(stride=1, padding=1, kernel=[3, 3], mul=1,
+                                                                       shift=24, relu=False), "c")
+    (got,) = run_node(node, [x, w, b, r, scale, r_scale])
+    want = conv2d_reference(x, w, b, padding=1, shift=24, residual=r, scale=scale, residual_scale=r_scale)
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got, conv2d_reference(x, w, b, padding=1, shift=24, residual=r, scale=scale,
+                                                    residual_mul=300))
+
+
 def test_qdense_host_op_is_the_accelerator_arithmetic():
     rng = np.random.default_rng(3)
     x = rng.integers(-128, 128, (3, 40), dtype=np.int8)
@@ -81,11 +98,16 @@ def test_quantized_small_resnet_tracks_the_float_model(per_channel):
     assert sqnr_db(ref, got) > 20
     rows = layer_report(graph, q, layers, {"input": x})
     assert len(rows) == 7 and all(db > 15 for _, db in rows)
-    # per-tensor: the residual joins at the accumulator's scale, so its integer factor is coarser
-    assert all(layer.multiplier_error < (1e-3 if per_channel else 5e-3) for layer in layers)
+    # per-tensor, and per channel with the residual before the scale: the residual joins at the accumulator's
+    # scale, so its integer factor is coarser
+    assert all(layer.multiplier_error < (1e-3 if per_channel and not layer.residual_scaled else 5e-3)
+               for layer in layers)
     assert all(layer.per_channel == per_channel for layer in layers)
-    scales = [n for n in q.nodes if n.op in ("QConv", "QDense") and n.inputs[-1].endswith("/scale")]
+    scales = [n for n in q.nodes if n.op in ("QConv", "QDense") and layer_input(n, "scale")]
     assert len(scales) == (7 if per_channel else 0)
+    residuals = [n for n in q.nodes if n.op == "QConv" and layer_input(n, "residual")]
+    scaled = [bool(layer_input(n, "residual_scale")) for n in residuals]     # (where each step is worth enough)
+    assert residuals and any(scaled) == per_channel and sum(layer.residual_scaled for layer in layers) == sum(scaled)
 
 
 def test_percentile_calibration_clips_below_the_maximum():

@@ -586,6 +586,47 @@ def test_store_requant_with_bias(cfg, rng):
     ])
 
 
+@pytest.mark.parametrize("cfg", [TINY, ACC16, BATCH2, TINY.replace(name="tiny_no_scale", store_scale=False)],
+                         ids=cfg_id)
+def test_store_per_channel_scale(cfg, rng):
+    """A set_bias STORE with requant latches the scale register; ``mul = 0`` multiplies each lane by it, then
+    adds the bias (``clip((acc · scale + bias) >> shift)``, wrapping). Without ``store_scale`` the same words
+    keep their plain meaning: set_bias latches the bias, mul 0 zeroes."""
+    bench = Bench(cfg)
+    lanes, bits = cfg.batch * cfg.block_out, cfg.acc_width
+    top = (1 << (bits - 1)) - 1
+    acc = rng.integers(-top - 1, top + 1, size=(8, lanes))
+    acc[6] = rng.integers(-(1 << 12), 1 << 12, size=lanes)      # scales
+    acc[6, 0] = top                                              # a product that wraps
+    region = bench.alloc("out", 16)
+    bench.run([
+        load("acc", sram_base=0, dram_base=bench.put("acc", acc), y_size=1, x_size=8),
+        Store(set_bias=True, sram_base=5),
+        Store(set_bias=True, requant=True, sram_base=6),
+        Store(requant=True, bias=True, mul=0, shift=7, sram_base=0, dram_base=region, y_size=1, x_size=3,
+              x_stride=3),
+        Store(requant=True, mul=0, shift=3, relu=True, sram_base=3, dram_base=region + 4, y_size=1, x_size=2,
+              x_stride=2),
+        Store(requant=True, bias=True, mul=2, shift=1, sram_base=0, dram_base=region + 8, y_size=1, x_size=1,
+              x_stride=1),
+    ])
+    # independent of both machines: numpy on the rows, wrapped as the doc says
+    wrap = lambda v: ((v + (1 << (bits - 1))) % (1 << bits)) - (1 << (bits - 1))   # noqa: E731
+    lo, hi = -(1 << (cfg.out_width - 1)), (1 << (cfg.out_width - 1)) - 1
+    rows = acc.astype(object)
+    if cfg.requant_store and cfg.store_scale:
+        bias, scale = rows[5], rows[6]
+        first, second = wrap(wrap(rows[:3] * scale) + bias) >> 7, wrap(rows[3:5] * scale) >> 3
+    else:                       # the second set_bias latched row 6 as the bias; mul 0 zeroes
+        bias = rows[6]
+        first, second = 0 * rows[:3], 0 * rows[3:5]
+    want = [np.clip(first, lo, hi), np.clip(second, 0, hi), np.clip(wrap(wrap(rows[:1] + bias) * 2) >> 1, lo, hi)]
+    got = [bench.sim.dram.read(base * cfg.elem_bytes("out"), n * cfg.elem_bytes("out")).view(f"int{cfg.out_width}")
+           .reshape(n, lanes) for base, n in ((region, 3), (region + 4, 2), (region + 8, 1))]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w.astype(np.int64))
+
+
 # -- counters ----------------------------------------------------------------
 
 def test_counters_by_hand(rng):
@@ -659,7 +700,7 @@ def random_instruction(draw, cfg):
             requant = dict(requant=True, relu=draw(st.booleans()), shift=draw(st.integers(0, 31)),
                            mul=draw(IMM_VALUES), bias=draw(st.booleans()))
         if draw(st.integers(0, 3)) == 0:
-            requant = dict(set_bias=True)
+            requant = dict(set_bias=True, requant=draw(st.booleans()))     # (requant: the scale register)
         return Store(**draw(_rect(cfg.depth("acc"), SRAM_WINDOW, pads=False)), **requant)
     buffer = "acc" if kind == "acc8" else kind
     window = UOP_WINDOW if kind == "uop" else SRAM_WINDOW
