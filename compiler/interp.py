@@ -53,7 +53,7 @@ def _exec(stmt, env, arrays):
         _exec(stmt.body, env, arrays)
     elif isinstance(stmt, ir.Store):
         idx = tuple(_value(i, env, arrays) for i in stmt.indices)
-        arrays[stmt.buffer][idx] = wrap(_value(stmt.value, env, arrays), DTYPE_BITS[stmt.buffer.dtype])
+        arrays[stmt.buffer][idx] = wrap(_value(stmt.value, env, arrays), _bits(stmt.buffer, arrays))
     elif isinstance(stmt, ir.Dma):
         _dma(stmt, env, arrays)
     elif isinstance(stmt, ir.Gemm):
@@ -86,9 +86,8 @@ def _dma(d, env, arrays):
                     q = d.requant
                     bias = 0 if q.bias is None else _elements(arrays[q.bias])[evaluate(q.bias_index, env)]
                     scale = None if q.scale is None else _elements(arrays[q.scale])[evaluate(q.scale_index, env)]
-                    value = requantize(value, 0 if q.scale is not None else q.mul, q.shift, q.relu,
-                                       acc_width=DTYPE_BITS[d.sram.dtype], out_width=DTYPE_BITS[d.dram.dtype],
-                                       bias=bias, scale=scale)
+                    value = requantize(value, q.mul, q.shift, q.relu, acc_width=DTYPE_BITS[d.sram.dtype],
+                                       out_width=DTYPE_BITS[d.dram.dtype], bias=bias, scale=scale)
                 dram[dst] = wrap(value, DTYPE_BITS[d.dram.dtype])
 
 
@@ -121,11 +120,22 @@ def _alu_uop(a, u, env, arrays):
     acc = _elements(arrays[a.acc])
     d = evaluate(u.dst, env)
     b = a.imm if a.imm is not None else _elements(arrays[a.src])[evaluate(u.src, env)]
-    acc[d] = alu_op(a.op, acc[d], b, DTYPE_BITS[a.acc.dtype])
+    acc[d] = alu_op(a.op, acc[d], b, _bits(a.acc, arrays))
+
+
+def _bits(buffer, arrays):
+    """The width ``buffer``'s values wrap at: an accumulator buffer of a narrower tensor (an int8 residual loaded
+    for the epilogue) holds accumulator-wide values on chip."""
+    return arrays.acc_bits if buffer.scope == "acc" else DTYPE_BITS[buffer.dtype]
 
 
 class _Memory(dict):
-    """Arrays per buffer; an on-chip buffer (or a per-thread replica) starts as zeros on first use."""
+    """Arrays per buffer; an on-chip buffer (or a per-thread replica) starts as zeros on first use.
+    ``acc_bits``: the accumulators' width (the widest accumulator buffer's type)."""
+
+    def __init__(self, arrays, acc_bits):
+        super().__init__(arrays)
+        self.acc_bits = acc_bits
 
     def __missing__(self, buffer):
         self[buffer] = np.zeros(buffer.shape, dtype=np.int64)
@@ -138,7 +148,8 @@ def run_ir(func, values):
     Parameters not given start as zeros.
     """
     by_name = {b.name: b for b in func.params}
-    arrays = _Memory({b: np.zeros(b.shape, dtype=np.int64) for b in func.params})
+    acc_bits = max((DTYPE_BITS[b.dtype] for b in ir.uses(func.body)[1] if b.scope == "acc"), default=32)
+    arrays = _Memory({b: np.zeros(b.shape, dtype=np.int64) for b in func.params}, acc_bits)
     for key, array in values.items():
         buf = func.buffer(key) if not isinstance(key, str) else by_name[key]
         arrays[buf] = np.asarray(array, dtype=np.int64).copy()

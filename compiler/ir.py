@@ -144,7 +144,8 @@ class Dma(Stmt):
 @dataclass(frozen=True, eq=False)
 class Requant:
     """A store's requantization: ``clip(((acc + bias) · mul) >> shift)`` (clipped at 0 with ``relu``), or
-    per channel, with ``scale``, ``clip((acc · scale + bias) >> shift)`` (``mul`` is then 1).
+    per channel, with ``scale``, ``clip((acc · scale + bias) >> shift)`` (``mul`` is then 0, which selects the
+    scale as the STORE's field does: docs/isa.md).
 
     ``bias`` is an accumulator buffer and ``bias_index`` (an expression of the
     loops around the store) the element of it added to every element the

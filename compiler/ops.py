@@ -67,7 +67,7 @@ class Conv2dSpec:
     relu: bool = False
     residual_mul: int = 1         # the residual is added as (residual · residual_mul) << residual_shift (ALU)
     residual_shift: int = 0
-    scale: bool = False           # per-output-channel multiplier of the accumulator (an ALU vector MUL)
+    scale: bool = False           # per-output-channel multiplier of the accumulator (on the STORE, or ALU MUL)
     group_channels: int = 0       # 0: dense; k: groups of k channels inside a block (1: depthwise; see above)
     residual_scale: bool = False  # the residual is multiplied by an int32 per-channel input (one ALU vector MUL)
     scaled_residual: bool = False  # the residual joins before the scale (needs scale, residual and residual_scale)

@@ -241,9 +241,11 @@ class StoreUnit(wiring.Component):
         # registered · + bias · × mul (two halves) · sum · >> shift · clip.
         # The requantizing steps take `vector_width` lanes a cycle: an ACC
         # entry spends `vector_passes` cycles in the registered stage, shifting
-        # down a slice each cycle (the bias register turns with it), and the
-        # clipped slices are gathered into the element; such a STORE reads an
-        # entry every `vector_passes` cycles.
+        # down a slice each cycle (the bias and scale registers turn with it),
+        # and the clipped slices are gathered into the element; such a STORE
+        # reads an entry every `vector_passes` cycles. Per channel (mul = 0)
+        # the multiply takes each lane's scale and the bias is added in the sum
+        # stage instead of before the multiply.
         width, passes, w = c.vector_width, c.vector_passes, c.acc_width
         slice_bits = width * w
         plain = pipe(m, self.out_read.data, "plain_0", data=True)

@@ -57,7 +57,10 @@ __all__ = ["CompiledModel", "Step", "compile_model", "load_model", "default_work
 
 #: Graph operators the accelerator runs (everything else runs on the host).
 ACCELERATOR_OPS = {"QConv", "QDense"}
-FORMAT, VERSION = "tilewright-model", 1
+#: Version 2 (2026-12-07): programs may requantize per channel on the STORE (``mul = 0``, a scale register an
+#: older tilewright's fsim and RTL read as a zero multiplier) and QConv may take a ``residual_scale``; this
+#: tilewright still reads version 1.
+FORMAT, VERSION, READS = "tilewright-model", 2, (1, 2)
 CALIBRATION_CHUNK = 16
 
 
@@ -326,9 +329,9 @@ def load_model(path):
             header = json.loads(archive["header"].tobytes().decode())
             if not isinstance(header, dict) or header.get("format") != FORMAT:
                 raise ModelError(f"{path}: not a tilewright model file")
-            if header.get("version") != VERSION:
+            if header.get("version") not in READS:
                 raise ModelError(f"{path}: model file version {header.get('version')}, this tilewright reads "
-                                 f"{VERSION}; recompile the model")
+                                 f"{' and '.join(map(str, READS))}; recompile the model")
             return _from_header(header, archive)
     except ModelError:
         raise
@@ -575,7 +578,8 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
         if given:       # a pre-quantized model's own scales and zero points win over calibration
             log(f"using the model's quantization (QuantizeLinear/DequantizeLinear scales and zero points) for "
                 f"{len(given)} tensor(s)")
-        quantized, layers = quantize(graph, ranges, qparams=given, with_layers=True, per_channel=per_channel)
+        quantized, layers = quantize(graph, ranges, qparams=given, with_layers=True, per_channel=per_channel,
+                                     residual_before_scale=cfg.per_channel_store)
         quantized = unfold_narrow_convs(quantized, cfg.block_in) if unfold else quantized
         sample = {k: _pad_batch(v[:shapes[k][0]], shapes[k][0]) for k, v in feeds[0].items()}
         _, env = run_graph(quantized, sample, keep=True)
@@ -584,7 +588,7 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
                                per_channel=layer.per_channel, multiplier_error=layer.multiplier_error,
                                input_scale=layer.input_scale, weight_scale=layer.weight_scale,
                                output_scale=layer.output_scale, input_zero_point=layer.input_zero_point,
-                               output_zero_point=layer.output_zero_point)
+                               output_zero_point=layer.output_zero_point, residual_scaled=layer.residual_scaled)
                           for layer, db in layer_report(source if given else graph, quantized, layers, sample,
                                                         quant_env=env)]
     else:

@@ -1,7 +1,8 @@
 """Plain numpy references of the operators, for self-checks in benchmarks and demos.
 
 ``clip(((acc [· scale] + bias [+ (residual · residual_mul) << residual_shift]) · mul) >> shift, lo, 127)``
-with int32 wrap-around after every sum and product, an arithmetic shift, and
+(or, with a per-channel ``residual_scale``, ``clip(((acc + residual · residual_scale) · scale + bias) · mul >>
+shift, lo, 127)``) with int32 wrap-around after every sum and product, an arithmetic shift, and
 ``lo`` = 0 with ReLU else −128: the accelerator's int8/int32 semantics from
 :mod:`tilewright.semantics`, computed directly in numpy. (The test suite has
 its own, separate reference in ``tests/compiler/reference.py``.)

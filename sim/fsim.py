@@ -233,6 +233,7 @@ class FunctionalSimulator:
         self._transfer_plans = {}   # LOAD/STORE instruction -> plan (see _new_transfer_plan)
         self._transfer_dram = self.dram.data       # the DRAM array the plans view
         self._program = None        # byte range of the running program's instructions, if run from DRAM
+        self._orders = {}           # (program, priority) -> the order its instructions ran in (see _execute)
         self._depth = {mem: c.depth(mem) for mem in ("uop", "inp", "wgt", "acc", "out")}
         self.stats = RunStats()
 
@@ -268,8 +269,16 @@ class FunctionalSimulator:
         data = program if isinstance(program, (bytes, bytearray)) else isa.encode_program(program, self.cfg)
         if len(data) % isa.INSN_BYTES:
             raise isa.IsaError(f"instruction stream of {len(data)} bytes is not a multiple of {isa.INSN_BYTES}")
+        key = (bytes(data), self.priority)
+        order = self._orders.get(key)
+        if order is not None:
+            return self._replay(order)
         words = [bytes(data[i:i + isa.INSN_BYTES]) for i in range(0, len(data), isa.INSN_BYTES)]
-        return self._execute(words)
+        stats, order = self._execute(words)
+        if len(self._orders) >= 256:
+            self._orders.clear()
+        self._orders[key] = order
+        return stats
 
     def run_dram(self, insn_addr, insn_count):
         """Run ``insn_count`` instructions stored in DRAM at byte address ``insn_addr``.
@@ -290,15 +299,24 @@ class FunctionalSimulator:
         self._program = (insn_addr, insn_addr + len(data))
         return self._run_words(data)
 
-    def _execute(self, words):
+    def _start(self):
+        """Fresh counters and store registers for a run."""
         if self._transfer_dram is not self.dram.data:      # (the plans' views are of that array)
             self._transfer_plans.clear()
             self._transfer_dram = self.dram.data
-        self.stats = stats = RunStats()
+        self.stats = RunStats()
         self._bias = np.zeros(self._acc.shape[1:], dtype=np.int64)   # the store stream's bias register
         # and its scale register (per_channel_store; None without it: mul = 0 then multiplies by 0)
         self._scale = self._bias.copy() if self.cfg.per_channel_store else None
         self.executed = []
+        return self.stats
+
+    def _execute(self, words):
+        """Run ``words`` through the fetch, command queues and tokens; returns the stats and, for
+        :meth:`_replay`, the order the instructions ran in: ``(index, instruction, stream, words fetched)``.
+        The order depends on the words, the config and ``priority`` alone (no data steers it)."""
+        stats = self._start()
+        order = []
         depth_cmd, depth_tok = self.cfg.cmd_queue_slots, self.cfg.token_queue_depth
         cmd = {s: deque() for s in Stream}         # (index, insn, queues it pops, queues it pushes) per stream
         tokens = dict.fromkeys(isa.Queue, 0)
@@ -345,26 +363,45 @@ class FunctionalSimulator:
                 index, insn, pops, pushes = cmd[stream].popleft()
                 for q in pops:
                     tokens[q] -= 1
-                stats.instructions[stream.name.lower()] += 1
-                self.executed.append(index)
-                try:
-                    cost = _cost(insn)
-                    if spent + cost > self.max_ops:
-                        raise BudgetError(f"{insn.OPCODE.name} needs {cost:,} operations; the run has spent "
-                                          f"{spent:,} of its budget of {self.max_ops:,} (max_ops)")
-                    spent += cost
-                    self._dispatch(insn)
-                except SimError as e:
-                    e.index, e.stream = index, stream
-                    raise
+                order.append((index, insn, stream, pc))
+                spent = self._step(index, insn, stream, spent)
                 for q in pushes:
                     tokens[q] += 1
                 if isinstance(insn, Finish):
                     self._check_finish(index, cmd, tokens, pc, fetched, len(words), all_blocked)
-                    return stats
+                    return stats, order
         except SimError as e:
             e.stats = stats
             raise
+
+    def _replay(self, order):
+        """Run a program again in the order :meth:`_execute` found for it (the same instructions, counters
+        and errors, without stepping the queues and tokens again)."""
+        stats, spent = self._start(), 0
+        try:
+            for index, insn, stream, fetched in order:
+                stats.dram_bytes_read["insn"] = fetched * isa.INSN_BYTES
+                spent = self._step(index, insn, stream, spent)
+        except SimError as e:
+            e.stats = stats
+            raise
+        return stats
+
+    def _step(self, index, insn, stream, spent):
+        """Execute one instruction of ``stream`` with ``spent`` operations of the budget used; returns the new
+        total."""
+        self.stats.instructions[stream.name.lower()] += 1
+        self.executed.append(index)
+        try:
+            cost = _cost(insn)
+            if spent + cost > self.max_ops:
+                raise BudgetError(f"{insn.OPCODE.name} needs {cost:,} operations; the run has spent "
+                                  f"{spent:,} of its budget of {self.max_ops:,} (max_ops)")
+            self._dispatch(insn)
+        except SimError as e:
+            e.index, e.stream = index, stream
+            raise
+        return spent + cost
 
     def _check_finish(self, index, cmd, tokens, pc, fetched, count, all_blocked):
         problems = []

@@ -13,9 +13,11 @@ simulator bit for bit.
   ``n`` (``n ≥ acc_width`` gives zero).
 * Narrowing to the output width truncates (keeps the low bits); clipping is
   done with ``MIN``/``MAX`` before it.
-* A requantizing STORE writes ``clip((acc · mul) >> shift, lo, hi)``: the
-  product wrapped to ``acc_width`` bits, an arithmetic shift, ``hi`` the
-  largest output value and ``lo`` 0 (ReLU) or the smallest.
+* A requantizing STORE writes ``clip(((acc + bias) · mul) >> shift, lo,
+  hi)``, or per channel ``clip((acc · scale + bias) >> shift, lo, hi)``:
+  sum and product wrapped to ``acc_width`` bits, an arithmetic shift, ``hi``
+  the largest output value and ``lo`` 0 (ReLU) or the smallest
+  (:func:`requantize`).
 """
 
 import numpy as np

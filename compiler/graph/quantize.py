@@ -210,17 +210,20 @@ def _requant_per_tensor(w, s_x, s_y, b, preact_peak, s_r):
 
 
 def _requant_per_channel(w, s_x, s_y, b, preact_peak, s_r, *, s_w=None, z_x=0, z_y=0, z_r=0,
-                         margin=OVERFLOW_MARGIN):
+                         margin=OVERFLOW_MARGIN, residual_before_scale=True):
     """int8 weights with one scale per output channel (``s_w``, or each channel's largest weight / 127):
     each channel's accumulator is multiplied by its own ``scale`` (an int32 vector) to the common fixed
-    point ``2**-shift`` output steps, where bias and residual join it.
+    point ``2**-shift`` output steps, where bias and residual join it. With ``residual_before_scale`` a
+    residual whose steps are each worth at least RESIDUAL_STEPS_MIN accumulator steps joins the
+    accumulator before the scale instead, times its ``residual_scale`` (see the module docstring).
 
     Zero points of input, output and residual (``z_x``, ``z_y``, ``z_r``) become
     constant terms of the bias, exactly: the accumulator sums ``w · x`` where
     the layer means ``w · (x - z_x)`` (the input is padded with ``z_x``), so
     ``z_x · Σw`` (times the channel's scale) is taken off; the output step
     ``z_y`` is ``z_y · 2**shift`` before the shift; the residual's
-    ``z_r · residual_mul << residual_shift`` is taken off. The hardware's
+    ``z_r · residual_mul << residual_shift`` (before the scale: ``z_r ·
+    residual_scale · scale``) is taken off. The hardware's
     integer arithmetic wraps modulo 2**32, so terms that overflow on the way
     cancel; only the final sum must fit, which the shift ensures
     (``preact_peak`` times ``margin`` fits).
@@ -241,7 +244,7 @@ def _requant_per_channel(w, s_x, s_y, b, preact_peak, s_r, *, s_w=None, z_x=0, z
     residual_scale = None
     if s_r is not None:
         steps = s_r / (s_x * s_w)           # accumulator steps per step of the residual, per channel
-        if steps.min() >= RESIDUAL_STEPS_MIN and steps.max() < ACC_LIMIT:
+        if residual_before_scale and steps.min() >= RESIDUAL_STEPS_MIN and steps.max() < ACC_LIMIT:
             residual_scale = np.rint(steps).astype(np.int64)
             error = max(error, float(np.max(np.abs(residual_scale - steps) / steps)))
             bias -= z_r * residual_scale * scale.astype(np.int64)
@@ -346,13 +349,16 @@ def _relu(node, z_y=0):
     return z_y == 0 and (node.attr("act") == "relu" or node.attr("act") == "clip" and node.attr("clip_min") == 0.0)
 
 
-def quantize(graph, ranges, *, qparams=None, with_layers=False, per_channel=True):
+def quantize(graph, ranges, *, qparams=None, with_layers=False, per_channel=True, residual_before_scale=True):
     """The quantized graph (and, with ``with_layers``, the :class:`QuantLayer` choices).
 
     ``per_channel``: one weight scale per output channel (the accelerator
-    then multiplies each channel's accumulator by its own int32 factor, one
-    ALU operation per output element); otherwise one scale per layer and
-    the scalar multiplier of the STORE.
+    then multiplies each channel's accumulator by its own int32 factor: on
+    the STORE with ``per_channel_store``, else one ALU operation per output
+    element); otherwise one scale per layer and the scalar multiplier of the
+    STORE. ``residual_before_scale``: per-channel residuals may join before
+    the scale (for a config whose STORE then scales: ``per_channel_store``;
+    elsewhere it buys nothing and rounds the residual's factor coarser).
 
     ``qparams``: ``{tensor: (scale, zero point)}`` a pre-quantized model gives
     its tensors (:func:`~.passes.strip_fake_quant`); they win over
@@ -437,10 +443,11 @@ def quantize(graph, ranges, *, qparams=None, with_layers=False, per_channel=True
             s_w = model_weight_scales(w) if given else None
             if s_w is not None:     # the model's layer: no input it can take overflows it (ONNX's never does)
                 rq = _requant_per_channel(w, s_x, s_y, b, _worst_preact(w, b, (s_x, z_x), (s_r, z_r)), s_r,
-                                          s_w=s_w, z_x=z_x, z_y=z_y, z_r=z_r, margin=1.0)
+                                          s_w=s_w, z_x=z_x, z_y=z_y, z_r=z_r, margin=1.0,
+                                          residual_before_scale=residual_before_scale)
             elif per_channel or z_x or z_y or z_r:
                 rq = _requant_per_channel(w, s_x, s_y, b, preact_peaks[node.name], s_r, s_w=s_w, z_x=z_x, z_y=z_y,
-                                          z_r=z_r)
+                                          z_r=z_r, residual_before_scale=residual_before_scale)
             else:
                 rq = _requant_per_tensor(w, s_x, s_y, b, preact_peaks[node.name], s_r)
             if conv is not None and z_x and conv["padding"]:

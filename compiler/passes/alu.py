@@ -208,7 +208,7 @@ def _requant_tail(body, i, dma, lo, hi, per_channel):
             scale = _operand_index(body[mul_at], store)
             bias = _operand_index(body[adds[0]], store) if adds else None
             if scale is not None and (bias is not None or not adds):
-                fused = dataclasses.replace(requant, scale=_leaf(body[mul_at], ir.Alu).src, scale_index=scale)
+                fused = dataclasses.replace(requant, mul=0, scale=_leaf(body[mul_at], ir.Alu).src, scale_index=scale)
                 if adds:
                     fused = dataclasses.replace(fused, bias=_leaf(body[adds[0]], ir.Alu).src, bias_index=bias)
                 return fused, [mul_at] + adds + used, store

@@ -100,8 +100,7 @@ class _Emitter:
                     raise CodegenError("a requantizing store with mul 0 would multiply by the scale register on "
                                        "this config (per_channel_store); fuse_requant keeps such a MUL on the ALU")
                 # (mul = 0 selects the scale register, which a set_bias STORE with requant loads)
-                fields = dict(requant=True, mul=0 if q.scale is not None else q.mul, shift=q.shift, relu=q.relu,
-                              bias=q.bias is not None)
+                fields = dict(requant=True, mul=q.mul, shift=q.shift, relu=q.relu, bias=q.bias is not None)
                 for buffer, index, scale in ((q.scale, q.scale_index, True), (q.bias, q.bias_index, False)):
                     if buffer is not None:
                         entry = buffer.offset + _value(index, env)

@@ -74,6 +74,33 @@ def test_conv2d_through_every_pass(threads, residual):
     np.testing.assert_array_equal(outputs["out"], expected)
 
 
+@pytest.mark.parametrize("epilogue", ["scale", "scaled_residual", "residual_mul"])
+def test_wide_epilogues_through_every_pass(epilogue):
+    """Per-channel scales (fused into the STORE on ``tiny``), a residual before the scale, and a residual times a
+    factor too wide for its int8 type: the accumulators hold the residual at their own width after every pass."""
+    rng = np.random.default_rng(7)
+    spec = Conv2dSpec(1, 8, 5, 6, 8, (3, 3), 1, 1, bias=True, shift=9, relu=True, scale=epilogue != "residual_mul",
+                      residual=epilogue != "scale", residual_scale=epilogue == "scaled_residual",
+                      scaled_residual=epilogue == "scaled_residual", residual_mul=300 if epilogue == "residual_mul" else 1)
+    spec_in, inputs, _ = conv_case(rng, True)
+    x, w, b, r = (inputs[k] for k in ("data", "weight", "bias", "residual"))
+    scale, r_scale = rng.integers(1, 4000, (2, 1, 4)), rng.integers(128, 3000, (2, 1, 4))
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (0, 0), (0, 0)))
+    acc = sum(np.einsum("ncyxbi,ocpi->noyxbp", xp[:, :, kh:kh + 5, kw:kw + 6], w[:, :, kh, kw])
+              for kh in range(3) for kw in range(3))
+    if epilogue == "scaled_residual":
+        acc = acc + r * r_scale[None, :, None, None]
+    if spec.scale:
+        acc = acc * scale[None, :, None, None]
+    acc = acc + b[None, :, None, None] + (r * 300 if epilogue == "residual_mul" else 0)
+    expected = _epilogue(acc, 1, 9, True)
+    values = {"data": x, "weight": w, "bias": b} | ({"residual": r} if spec.residual else {}) | \
+        ({"scale": scale} if spec.scale else {}) | ({"residual_scale": r_scale} if spec.residual_scale else {})
+    s, _, _ = conv2d(spec, TINY, tiles=ConvTiles(out_channels=1, rows=5, cols=3, in_channels=1, threads=2))
+    lower_to_ir(s, TINY, dump=lambda name, func: np.testing.assert_array_equal(run_ir(func, values)["out"], expected,
+                                                                             err_msg=f"after {name}"))
+
+
 def test_dense_through_every_pass():
     rng = np.random.default_rng(5)
     spec = DenseSpec(batch=3, in_features=12, out_features=8, bias=True, mul=-3, shift=2, relu=False)

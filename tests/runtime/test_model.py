@@ -122,6 +122,27 @@ def test_save_load_round_trip(compiled, tmp_path):
     assert loaded.meta["layers"] == compiled.meta["layers"]
 
 
+def test_model_files_of_version_1_still_load_and_unknown_versions_are_one_line_errors(compiled, tmp_path):
+    """Version 2 files may hold per-channel STOREs an older tilewright would misread, so they say so; this
+    tilewright reads both."""
+    import json
+    compiled.save(tmp_path / "m.twm")
+    with np.load(tmp_path / "m.twm") as archive:
+        members = {k: archive[k] for k in archive.files}
+    header = json.loads(members["header"].tobytes().decode())
+    assert header["version"] == 2
+    x = np.random.default_rng(4).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    for version in (1, 3):
+        members["header"] = np.frombuffer(json.dumps(header | {"version": version}).encode(), np.uint8)
+        with open(tmp_path / f"v{version}.twm", "wb") as f:
+            np.savez(f, **members)
+    a, b = compiled.run(x), load_model(tmp_path / "v1.twm").run(x)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    with pytest.raises(ModelError, match=r"v3.twm: model file version 3, this tilewright reads 1 and 2") as e:
+        load_model(tmp_path / "v3.twm")
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "empty"])
 def test_damaged_model_files_are_one_line_errors(compiled, tmp_path, damage):
     path = tmp_path / "m.twm"

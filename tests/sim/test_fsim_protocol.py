@@ -200,6 +200,34 @@ def test_a_store_reaching_into_the_program_stops_before_it_writes():
         FunctionalSimulator(cfg, dram_bytes=1 << 14).run(insns)
 
 
+def test_a_program_run_again_replays_the_same_run():
+    """A program run again skips the queues and tokens (fsim keeps the order its instructions ran in): the same
+    DRAM, counters and order as a fresh simulator's run, and the same error, index and counters where the
+    second run fails (here the same words placed where their STORE reaches them)."""
+    from tilewright.sim.fuzz import random_program
+    image = random_program(TINY, 3)
+    runs = []
+    for sim in (FunctionalSimulator(TINY, dram_bytes=image.dram_bytes),) * 2 + (
+            FunctionalSimulator(TINY, dram_bytes=image.dram_bytes),):
+        sim.dram.write(0, image.dram)
+        stats = sim.run_dram(image.insn_addr, image.insn_count)
+        runs.append((stats.as_dict(), list(sim.executed), bytes(sim.dram.read(0, image.dram_bytes))))
+    assert runs[0] == runs[1] == runs[2] and len(runs[0][1]) == image.insn_count
+    base = 64 * TINY.elem_bytes("out")         # the STORE below reaches element 64 of DRAM
+    program = isa.encode_program([noop(C).replace(push_next=True), Store(dram_base=63, y_size=1, x_size=2,
+                                  x_stride=2, pop_prev=True, push_prev=True), Finish(pop_next=True)], TINY)
+    errors = []
+    sim, fresh = FunctionalSimulator(TINY, dram_bytes=1 << 14), FunctionalSimulator(TINY, dram_bytes=1 << 14)
+    sim.dram.write(1024, program)
+    sim.run_dram(1024, 3)                       # far from its STORE: runs, and its order is kept
+    for s in (sim, fresh):
+        s.dram.write(base, program)
+        with pytest.raises(ExecutionError) as e:
+            s.run_dram(base, 3)
+        errors.append((e.value.code, e.value.index, e.value.stream, e.value.stats.as_dict(), list(s.executed)))
+    assert errors[0] == errors[1] and errors[0][:2] == (ErrorCode.STORE_OVER_PROGRAM, 1)
+
+
 @pytest.mark.parametrize("insn", [
     Gemm(uop_end=TINY.depth("uop"), iter_out=(1 << isa.LOOP_BITS) - 1, iter_in=(1 << isa.LOOP_BITS) - 1),
     Alu(alu_op=AluOp.SHR, uop_end=TINY.depth("uop"), iter_out=(1 << isa.LOOP_BITS) - 1,
