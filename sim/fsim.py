@@ -25,7 +25,11 @@ then load. Any order gives the same result for a program whose tokens order
 every conflicting access; running compute first makes FINISH execute as early
 as the tokens allow, so work left unordered before FINISH is reported. Other
 priorities (``priority=``) let tests show that results do not depend on the
-order and how far one stream can run ahead of another.
+order and how far one stream can run ahead of another. The order depends on
+the instruction words, the config and the priority alone, so a program run
+again on the same simulator replays the order its first run found instead
+of stepping the queues and tokens again (a model runs its programs again and
+again); a run that failed is not kept.
 """
 
 import dataclasses
@@ -670,25 +674,32 @@ class FunctionalSimulator:
             groups = [order[starts[sizes == k][:, None] + np.arange(k)] for k in np.unique(sizes)]
         plans, rows = [], []
         for members in groups:                                                   # (G, k)
-            inp = us[members][:, None, :] + S[None, :, None]                     # (G, nS, k)
+            # Groups that read the same inputs (a tile's output channel blocks) share them: one product by
+            # their weights side by side, a matrix as wide as the tile's channels instead of one block's.
+            shared = len(members) > 1 and bool((us[members] == us[members][:1]).all())
+            inp = us[members[:1] if shared else members][:, None, :] + S[None, :, None]    # (G or 1, nS, k)
             wgt_index = uw[members][:, None, :] + W[None, :, None]               # (G, nW, k)
             # (the shape is part of the weights' key: (1, 2, 1) and (1, 1, 2) indices have the same bytes)
             plans.append(_ProductGroup(_rows(inp.ravel()), inp.shape, wgt_index,
-                                       (wgt_index.shape, wgt_index.tobytes()), s_pos, w_pos))
+                                       (shared, wgt_index.shape, wgt_index.tobytes()), s_pos, w_pos, shared))
             rows.append(dst.offsets()[:, None] + ud[members[:, 0]][None, :])     # (L, G)
         return _GemmPlan(groups=plans, overwrite=overwrite, **_scatter(np.concatenate(rows, axis=1).ravel()))
 
     def _products(self, g):
         """Sums of one product group, (L, G, batch, block_out) as floats."""
-        G, nS, k = g.inp_shape
-        A = self._inp[g.inp_rows].reshape(g.inp_shape + self._inp.shape[1:])    # (G, nS, k, b, BI)
-        A = A.transpose(0, 1, 3, 2, 4).reshape(G, nS * self.cfg.batch, -1)
+        _, nS, k = g.inp_shape
+        G, nW, _ = g.wgt_index.shape
+        b = self.cfg.batch
+        A = self._inp[g.inp_rows].reshape(g.inp_shape + self._inp.shape[1:])    # (G or 1, nS, k, b, BI)
+        A = A.transpose(0, 1, 3, 2, 4).reshape(len(A), nS * b, -1)
         P = np.matmul(*_exact(A, self._weight_matrix(g)))
-        P = P.reshape(G, nS, self.cfg.batch, g.wgt_index.shape[1], -1)
-        return P[:, g.s_pos, :, g.w_pos, :]
+        if g.shared:        # (1, nS·b, G·nW·BO): the groups side by side
+            return P.reshape(nS, b, G, nW, -1)[g.s_pos, :, :, g.w_pos, :].transpose(0, 2, 1, 3)
+        return P.reshape(G, nS, b, nW, -1)[:, g.s_pos, :, g.w_pos, :]
 
     def _weight_matrix(self, g):
-        """Weights of group ``g`` arranged as (G, k·BI, nW·BO) matmul operands.
+        """Weights of group ``g`` arranged as (G, k·BI, nW·BO) matmul operands, or for groups sharing their
+        inputs as one (1, k·BI, G·nW·BO).
 
         The arrangement is a copy; consecutive GEMMs on the same weights (a
         weight-stationary schedule) reuse it until the next weight LOAD.
@@ -698,8 +709,12 @@ class FunctionalSimulator:
             if len(self._weight_cache) >= 4 or any(k[0] != key[0] for k in self._weight_cache):
                 self._weight_cache.clear()
             G, nW, k = g.wgt_index.shape
-            B = self._wgt[g.wgt_index].transpose(0, 2, 4, 1, 3)                 # (G, k, BI, nW, BO)
-            self._weight_cache[key] = B.reshape(G, k * self.cfg.block_in, -1)
+            if g.shared:
+                B = self._wgt[g.wgt_index].transpose(2, 4, 0, 1, 3)             # (k, BI, G, nW, BO)
+                self._weight_cache[key] = B.reshape(1, k * self.cfg.block_in, -1)
+            else:
+                B = self._wgt[g.wgt_index].transpose(0, 2, 4, 1, 3)             # (G, k, BI, nW, BO)
+                self._weight_cache[key] = B.reshape(G, k * self.cfg.block_in, -1)
         return self._weight_cache[key]
 
     def _products_by_weight(self, dst, src, wgt):
@@ -783,11 +798,12 @@ def _parts(insn, chunk):
 class _ProductGroup:
     """Micro-op groups of equal size whose products form one batched matmul."""
     inp_rows: object          # slice or flat index array into inp
-    inp_shape: tuple          # (G, nS, k)
+    inp_shape: tuple          # (G, nS, k), or (1, nS, k) when every group reads the same inputs (shared)
     wgt_index: np.ndarray     # (G, nW, k)
     wgt_key: tuple            # (shape, bytes) of wgt_index: the weight cache's key
     s_pos: np.ndarray         # loop position -> input offset index
     w_pos: np.ndarray         # loop position -> weight offset index
+    shared: bool = False      # the groups differ in weights alone: one product with their weights side by side
 
 
 @dataclass(frozen=True)

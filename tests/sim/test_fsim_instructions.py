@@ -323,6 +323,23 @@ def test_gemms_whose_weight_indices_share_bytes_not_shape(rng):
                Gemm(uop_bgn=0, uop_end=2, iter_out=1, iter_in=1)])
 
 
+@pytest.mark.parametrize("cfg", [TINY, BATCH2], ids=cfg_id)
+def test_output_blocks_reading_the_same_inputs_share_one_product(cfg, rng, chunks):
+    """A tile's output channel blocks (destination groups reading the same inputs, each with its own weights)
+    are one matrix product with their weights side by side; the sums are the reference's, in the same rows,
+    and a second instruction over the same weights in the other arrangement (one group) reuses nothing wrong."""
+    bench = Bench(cfg)
+    # three destination groups (rows 0, 8, 16), each summing inputs 0-2 against its own three weights
+    uops = bench.put("uop", [Uop(8 * g, i, 3 * g + i) for g in range(3) for i in range(3)])
+    program = [*_gemm_setup(bench, rng), load("uop", sram_base=0, dram_base=uops, y_size=1, x_size=9),
+               Gemm(uop_bgn=0, uop_end=9, iter_out=2, iter_in=3, dst_factor_out=1, dst_factor_in=2,
+                    src_factor_out=4, src_factor_in=1),
+               Gemm(uop_bgn=3, uop_end=6, iter_out=1, iter_in=2, dst_factor_in=1, src_factor_in=5)]
+    bench.run(program)
+    # (the micro-ops are in place after the run: the first GEMM's plan is one shared product)
+    assert [g.shared for g in bench.sim._gemm_plan(program[-2]).groups] == [True]
+
+
 def test_plans_follow_the_micro_ops_and_the_data(rng):
     """fsim keeps each instruction's plan (GEMM/ALU rows by the micro-op buffer's contents, LOAD/STORE views
     of DRAM): the same instructions over other micro-ops, loaded to the same place, and a second run of the
