@@ -800,7 +800,7 @@ class _ProductGroup:
     inp_rows: object          # slice or flat index array into inp
     inp_shape: tuple          # (G, nS, k), or (1, nS, k) when every group reads the same inputs (shared)
     wgt_index: np.ndarray     # (G, nW, k)
-    wgt_key: tuple            # (shape, bytes) of wgt_index: the weight cache's key
+    wgt_key: tuple            # (shared, shape, bytes of wgt_index): the weight cache's key
     s_pos: np.ndarray         # loop position -> input offset index
     w_pos: np.ndarray         # loop position -> weight offset index
     shared: bool = False      # the groups differ in weights alone: one product with their weights side by side
