@@ -194,7 +194,7 @@ class ReferenceMachine:
         assert program and isinstance(program[-1], Finish), "programs end with FINISH"
         self.stats = self._fresh_stats()
         self.bias = [0] * (self.cfg.batch * self.cfg.block_out)
-        self.scale = [0] * (self.cfg.batch * self.cfg.block_out)     # the scale register (store_scale)
+        self.scale = [0] * (self.cfg.batch * self.cfg.block_out)     # the scale register (per_channel_store)
         for insn in program:
             self.stats["dram_bytes_read"]["insn"] += INSN_BYTES
             self.stats["instructions"][_stream(insn)] += 1
@@ -233,7 +233,7 @@ class ReferenceMachine:
         assert insn.memory_type == MemType.OUT
         if insn.set_bias:
             assert insn.sram_base < len(self.acc), "set_bias beyond the accumulators"
-            if insn.requant and self.cfg.requant_store and self.cfg.store_scale:
+            if insn.requant and self.cfg.per_channel_store:
                 self.scale = self.acc[insn.sram_base].flatten().tolist()
             else:
                 self.bias = self.acc[insn.sram_base].flatten().tolist()
@@ -250,7 +250,7 @@ class ReferenceMachine:
                     bias = self.bias if insn.bias else [0] * len(self.bias)
                     w = self.cfg.acc_width
                     accs = self.acc[index].flatten().tolist()
-                    if insn.mul == 0 and self.cfg.requant_store and self.cfg.store_scale:
+                    if insn.mul == 0 and self.cfg.per_channel_store:
                         # per channel: clip((acc · scale + bias) >> shift, lo, hi), wrapped
                         sums = [to_signed(to_signed(v * k, w) + b, w) for v, k, b in zip(accs, self.scale, bias)]
                     else:

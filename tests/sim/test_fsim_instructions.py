@@ -631,7 +631,7 @@ def test_store_per_channel_scale(cfg, rng):
     wrap = lambda v: ((v + (1 << (bits - 1))) % (1 << bits)) - (1 << (bits - 1))   # noqa: E731
     lo, hi = -(1 << (cfg.out_width - 1)), (1 << (cfg.out_width - 1)) - 1
     rows = acc.astype(object)
-    if cfg.requant_store and cfg.store_scale:
+    if cfg.per_channel_store:
         bias, scale = rows[5], rows[6]
         first, second = wrap(wrap(rows[:3] * scale) + bias) >> 7, wrap(rows[3:5] * scale) >> 3
     else:                       # the second set_bias latched row 6 as the bias; mul 0 zeroes
