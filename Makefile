@@ -44,12 +44,13 @@ fuzz: $(STAMP)
 	TW_FAULT_SCALE=10 $(PY) -m pytest -q -n auto tests/hw/test_faults.py
 
 # Every board at its preset (minutes to an hour each: place-and-route is single-threaded WASM), and the
-# 85F's `slim` at 100 MHz by a seed sweep, then the table, recorded in docs/fpga_reports/ and docs/fpga.md.
+# 85F's `slim` at 100 MHz and `medium` at 75 by seed sweeps, then the table, recorded in docs/fpga_reports/ and docs/fpga.md.
 fpga: $(STAMP)
 	for board in ulx3s-85f ulx3s-45f icebreaker tangnano9k; do \
 		$(VENV)/bin/tilewright fpga build --board $$board --link-test || true; \
 		$(VENV)/bin/tilewright fpga build --board $$board || true; done
 	$(VENV)/bin/tilewright fpga build --board ulx3s-85f --freq 100 --seed 1 2 3 4 5 6 --until-met || true
+	$(VENV)/bin/tilewright fpga build --board ulx3s-85f --config medium --freq 75 --seed 1 2 3 4 5 6 --until-met || true
 	$(VENV)/bin/tilewright fpga report --record
 	$(VENV)/bin/tilewright docs
 

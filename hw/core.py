@@ -12,7 +12,10 @@ GEMM pipeline (one micro-op enters per cycle, no stalls)::
 
 (A GEMM of 64 products or more copies S2's operands into a register per
 product, a stage more, one copy by each DSP block they feed; on the ECP5
-the copies are the DSP blocks' own input registers.)
+the copies are the DSP blocks' own input registers. With ``gemm_lanes``
+a micro-op enters ``gemm_passes`` times, once per group of output lanes,
+and each lane's sum is registered as its pass leaves the tree, a stage
+more: see the GEMM below.)
 
 ALU pipeline (one micro-op per ``vector_passes`` cycles — one per cycle when
 every accumulator lane has its own ALU — plus a cycle or more when a micro-op
@@ -392,8 +395,20 @@ class ComputeCore(wiring.Component):
         # state) and the copies of `stall` itself (through S2's) through 10.1-10.7 ns.
         loops_stall, rows_stall, state_stall = ([Signal(name=f"stall_replica_{n}") for n in ("loops", "rows", "state")]
                                                 if c.vector_passes > 1 else [stall] * 3)
+        # With `gemm_lanes` a GEMM micro-op that does not reset is walked `gemm_passes` times, a pass for
+        # each group of `gemm_lanes` output lanes: the loops hold it while `beat` counts its passes, and
+        # each pass goes down the pipeline tagged with its number (`last_beat`: the micro-op's last).
+        passes_g = c.gemm_passes
+        beat = Signal(range(max(passes_g, 2)))
+        repeats = Signal()          # the loops hold their micro-op for another pass
+        if passes_g > 1:
+            m.d.comb += repeats.eq(is_gemm & ~reset & (beat != passes_g - 1))
+            with m.If(self.start):
+                m.d.sync += beat.eq(0)
+            with m.Elif(loops.valid & ~loops_stall):
+                m.d.sync += beat.eq(Mux(repeats, beat + 1, 0))
         m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(~loops_stall),
-                     loops.hold.eq(loops_stall)]
+                     loops.hold.eq(loops_stall | repeats)]
         uop_valid = Signal()
         uop_loop = Signal.like(loops.out, reset_less=True)
         s1_valid = Signal()
@@ -402,6 +417,13 @@ class ComputeCore(wiring.Component):
         with m.If(~stall):
             m.d.sync += [uop_valid.eq(loops.valid & ~loops.stop), uop_loop.eq(loops.out),
                          s1_valid.eq(uop_valid), s1.eq(uop_loop), uop.eq(self.uop_read.data)]
+        s2_beat, s2_last = C(0, 1), C(1)       # (one pass: every micro-op's first and last)
+        if passes_g > 1:
+            uop_beat, s1_beat, s2_beat = (Signal.like(beat, name=n, reset_less=True) for n in ("uop_beat", "s1_beat", "s2_beat"))
+            uop_last, s1_last, s2_last = (Signal(name=n, reset_less=True) for n in ("uop_last_beat", "s1_last_beat", "s2_last_beat"))
+            with m.If(~stall):
+                m.d.sync += [uop_beat.eq(beat), uop_last.eq(~repeats), s1_beat.eq(uop_beat), s1_last.eq(uop_last),
+                             s2_beat.eq(s1_beat), s2_last.eq(s1_last)]
 
         # -- S1: indices; the SRAM reads take their low bits ------------------------
         dst, src, wgt = (Signal(len(loops.out[n]) + 1, name=n) for n in ("dst", "src", "wgt"))
@@ -450,49 +472,83 @@ class ComputeCore(wiring.Component):
         # Each input feeds `block_out` products (each weight `batch`): on a large GEMM (`copies`) every product
         # takes its operands from copies of those registers made a cycle later (chosen by the config alone,
         # so that its latency does not depend on the platform).
-        pairs = (is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS) and not copies
+        pairs = (is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS
+                 and not copies and passes_g == 1)
         # On the ECP5 a product in a DSP block takes its copies into the block's input registers.
         copies_in_dsp = copies and is_ecp5(platform)
+        # With several passes, product (b, o, k) multiplies the weight of lane `beat·gemm_lanes + o`, chosen
+        # by the pass it works on (a copy of its number for each group of `block_in` products: it reaches
+        # every weight bit they take).
+        GL = BO // passes_g
+        if passes_g > 1:
+            beat_operands = s2_beat
+            for n in range(late_reads):
+                beat_operands = pipe(m, beat_operands, f"beat_operands{n}", data=True)
+            beat_copies = replicas(m, beat_operands, "gemm_beat", batch * GL, data=True)
 
-        def operands(x, w, b, o):
-            """The registers product (b, o) multiplies: input x and weight w, or each product's copies.
+        def weight(b, o, k):
+            """The weight register product (b, o, k) takes this pass: lane ``o``'s, or with several passes
+            that of the pass's lane ``o``."""
+            if passes_g == 1:
+                return wgt_data[o * BI + k]
+            lanes_k = Cat(wgt_data[(p * GL + o) * BI + k] for p in range(passes_g))
+            return lanes_k.word_select(beat_copies[b * GL + o], c.wgt_width).as_signed()
+
+        def operands(x, b, o, k):
+            """The registers product (b, o, k) multiplies: input x and its weight, or each product's copies.
             (Each copy is made once, for the one product that reads it: named as :func:`replicas` names.)"""
             if not copies:
-                return inp_data[x], wgt_data[w]
+                return inp_data[x], weight(b, o, k)
             return (pipe(m, inp_data[x], f"inp_{x}_replica{o}", data=True),
-                    pipe(m, wgt_data[w], f"wgt_{w}_replica{b}", data=True))
+                    pipe(m, weight(b, o, k), f"wgt_{o * BI + k}_replica{b}", data=True))
         products_reset_less = product_registers_reset_less(platform)
         first_soft = c.macs_per_cycle - c.soft_products     # the last soft_products products are built from logic
-        sums = []
+        trees = []
         levels = 0
         for b in range(batch):
-            for o in range(BO):
+            for o in range(GL):
                 products = []
                 for k in range(BI):
                     if len(products) > k:       # (the second of an iCE40 pair)
                         continue
                     x, w, name = b * BI + k, o * BI + k, f"p_{b}_{o}_{k}"
-                    soft = (b * BO + o) * BI + k >= first_soft
-                    if pairs and k + 1 < BI and (b * BO + o) * BI + k + 1 < first_soft:
+                    soft = (b * GL + o) * BI + k >= first_soft
+                    if pairs and k + 1 < BI and (b * GL + o) * BI + k + 1 < first_soft:
                         products += ice40_product_pair(
                             m, [(self.inp_read.data[x + n], self.wgt_read.data[w + n]) for n in (0, 1)], name=name)
                     else:
                         p = Signal(signed(c.inp_width + c.wgt_width), name=name, reset_less=products_reset_less)
                         if copies_in_dsp and not soft:
-                            m.d.sync += p.eq(ecp5_product(m, inp_data[x], wgt_data[w], name=f"{name}_mult"))
+                            m.d.sync += p.eq(ecp5_product(m, inp_data[x], weight(b, o, k), name=f"{name}_mult"))
                         else:
-                            a, wt = operands(x, w, b, o)
+                            a, wt = operands(x, b, o, k)
                             m.d.sync += p.eq(soft_multiply(a, wt) if soft else a * wt)
                         products.append(p)
                 total, levels = adder_tree(m, products, name=f"tree_{b}_{o}")
-                sums.append(total)
+                trees.append(total)
         # Control rides along the operand (and copy) and product registers and every
-        # registered tree level. The accumulator row is read two stages (or three, below) before the
-        # sums are ready and registered; the rows written meanwhile are forwarded into it.
-        # A micro-op carries its instruction's reset and overwrite flags: the next GEMM may start while it drains.
-        ctrl = [(s2_ok & is_gemm, s2_dst[:acc_bits], reset, overwrite)]
-        for n in range(levels + 2 + copies + late_reads):
+        # registered tree level (and with several passes the register each lane's sum gathers in). The
+        # accumulator row is read two stages (or three, below) before the sums are ready and registered;
+        # the rows written meanwhile are forwarded into it. A micro-op carries its instruction's reset and
+        # overwrite flags (the next GEMM may start while it drains), and each pass its number; only a
+        # micro-op's last pass is valid here, the stage its sums are written from.
+        ctrl = [(s2_ok & is_gemm & s2_last, s2_dst[:acc_bits], reset, overwrite)]
+        if passes_g > 1:
+            ctrl[0] += (s2_beat,)
+        for n in range(levels + 2 + copies + late_reads + (passes_g > 1)):
             ctrl.append(tuple(pipe(m, s, f"g{n}_{k}", data=k > 0) for k, s in enumerate(ctrl[-1])))
+        if passes_g == 1:
+            sums = trees
+        else:           # (lane b·block_out + o of pass o // gemm_lanes, from tree o % gemm_lanes)
+            tree_beat = ctrl[-2][4]
+            sums = []
+            for b in range(batch):
+                for o in range(BO):
+                    total = trees[b * GL + o % GL]
+                    lane_sum = Signal.like(total, name=f"sum_{b}_{o}", reset_less=True)
+                    with m.If(tree_beat == o // GL):
+                        m.d.sync += lane_sum.eq(total)
+                    sums.append(lane_sum)
         # On a large GEMM the row read leaves the block RAMs into a register of its own (`row_read`)
         # before any logic (a DP16KD's clock-to-out is 5.8 ns: on the 85F at 100 MHz its route into the
         # forwarding multiplexers took 10.6-12.4 ns), so it is read a stage earlier and misses one write

@@ -40,7 +40,7 @@ def test_options_at_their_default_leave_the_fingerprint_as_before_they_existed()
     import hashlib
     import json
     c = PRESETS["small"]
-    later = ("perf_counters", "soft_products", "vector_lanes", "lean", "requant_store", "store_scale", "serial_mul",
+    later = ("perf_counters", "soft_products", "vector_lanes", "gemm_lanes", "lean", "requant_store", "store_scale", "serial_mul",
              "serial_core", "slow_clock")
     params = {k: v for k, v in c.params().items() if k not in later}
     assert c.fingerprint == hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
@@ -53,6 +53,10 @@ def test_options_at_their_default_leave_the_fingerprint_as_before_they_existed()
     ({"vector_lanes": 3}, r"^vector_lanes=3 must be 0 \(one per accumulator lane\) or a power of two up to "
                           r"batch·block_out = 16$"),
     ({"vector_lanes": 32}, r"^vector_lanes=32 must be 0"),
+    ({"gemm_lanes": 3}, r"^gemm_lanes=3 must be 0 \(all of block_out\) or a power of two up to block_out = 16$"),
+    ({"gemm_lanes": 32}, r"^gemm_lanes=32 must be 0"),
+    ({"serial_core": True, "vector_lanes": 1, "gemm_lanes": 4}, r"^serial_core computes one lane at a time already"),
+    ({"gemm_lanes": 4, "soft_products": 65}, r"^soft_products=65 must be between 0 and the GEMM's 64 products$"),
     ({"dram_bus_width": 96}, r"^dram_bus_width=96 is not an AXI data width"),
     ({"wgt_buffer_bytes": 128}, r"^wgt_buffer_bytes=128 is smaller than one wgt block \(256 bytes\)$"),
     ({"batch": "1"}, r"^batch must be an integer, not '1'$"),

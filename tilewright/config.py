@@ -15,7 +15,7 @@ tiny       1×4×4     fast unit tests, iCE40-class parts
 small      1×8×8     CI RTL regressions
 slim       1×8×8     ECP5-85F: small the small-FPGA way (lean loaders, two ALU lanes, the ALU requantizes)
 compact    1×8×8     ECP5-45F: half small's accumulators, 40 products in logic
-medium     1×16×16   ECP5-85F: built as slim is, its block RAM, logic for the products its DSPs cannot hold
+medium     1×16×16   ECP5-85F: built as slim is, its block RAM, 8 output lanes a cycle (gemm_lanes)
 default    1×16×16   benchmarks; VTA's default buffer sizes
 =========  ========  ==============================================
 """
@@ -96,6 +96,14 @@ class HwConfig:
         micro-op takes ``batch·block_out / vector_lanes`` cycles and so does
         each element of a requantizing STORE, in that much less logic and
         as many fewer DSP blocks. The results are the same.
+    gemm_lanes : int
+        Output lanes (of ``block_out``) the GEMM computes per cycle; 0 (the
+        default) builds all of them. With fewer, a power of two that divides
+        ``block_out``, a GEMM micro-op takes ``block_out / gemm_lanes``
+        cycles (one pass per group of lanes, a resetting micro-op one), in
+        ``batch·block_in·gemm_lanes`` products instead of
+        ``batch·block_in·block_out``: for FPGAs whose DSP blocks, or whose
+        routing, a full array overruns. The results are the same.
     lean : bool
         Area before speed, for small FPGAs whose memory serves one burst at
         a time anyway: the LOADs of the load and compute streams take turns
@@ -171,6 +179,7 @@ class HwConfig:
     dram_bus_width: int = 128
     soft_products: int = _option(0)
     vector_lanes: int = _option(0)
+    gemm_lanes: int = _option(0)
     perf_counters: bool = _option(True)
     requant_store: bool = _option(True)
     store_scale: bool = _option(True)
@@ -200,9 +209,12 @@ class HwConfig:
             if getattr(self, key) > limit:
                 raise ConfigError(f"{key}={getattr(self, key)} is more than {limit}, the most a queue is built with "
                                   f"(a deeper one costs memory and buys no overlap the compiler can use)")
-        if self.macs_per_cycle > MAX_PRODUCTS:
-            raise ConfigError(f"batch·block_in·block_out = {self.macs_per_cycle} GEMM products per cycle is more than "
-                              f"{MAX_PRODUCTS} (a 1×64×64 array), the largest the RTL generator is meant for")
+        if self.batch * self.block_in * self.block_out > MAX_PRODUCTS:
+            raise ConfigError(f"batch·block_in·block_out = {self.batch * self.block_in * self.block_out} is more "
+                              f"than {MAX_PRODUCTS} (a 1×64×64 array), the largest the RTL generator is meant for")
+        if self.gemm_lanes and not (_is_pow2(self.gemm_lanes) and self.gemm_lanes <= self.block_out):
+            raise ConfigError(f"gemm_lanes={self.gemm_lanes} must be 0 (all of block_out) or a power of two up to "
+                              f"block_out = {self.block_out}")
         for key, allowed in _DATA_WIDTHS.items():
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"{key}={getattr(self, key)} is not supported; "
@@ -217,6 +229,9 @@ class HwConfig:
         if self.serial_core and self.vector_width != 1:
             raise ConfigError(f"serial_core builds one ALU lane: it needs vector_lanes = 1, not {self.vector_lanes}"
                               + (" (one per accumulator lane)" if not self.vector_lanes else ""))
+        if self.serial_core and self.gemm_lanes:
+            raise ConfigError(f"serial_core computes one lane at a time already: it needs gemm_lanes = 0, "
+                              f"not {self.gemm_lanes}")
         if self.serial_core and self.soft_products:
             raise ConfigError(f"serial_core builds block_in = {self.block_in} products, in DSP blocks: it needs "
                               f"soft_products = 0, not {self.soft_products}")
@@ -326,8 +341,15 @@ class HwConfig:
         return self.dram_bus_width // 8
 
     @property
+    def gemm_passes(self):
+        """Cycles one GEMM micro-op takes (a resetting one takes one): ``block_out / gemm_lanes``."""
+        return self.block_out // (self.gemm_lanes or self.block_out)
+
+    @property
     def macs_per_cycle(self):
-        return self.batch * self.block_in * self.block_out
+        """The GEMM's products, and so its peak multiply-accumulates a cycle:
+        ``batch·block_in·gemm_lanes`` (``gemm_lanes`` 0: all of ``block_out``)."""
+        return self.batch * self.block_in * (self.gemm_lanes or self.block_out)
 
     def params(self):
         """The parameters as a plain dict (no name), in declaration order."""
@@ -397,13 +419,14 @@ PRESETS = {
     # (no per-lane scale register: its wider multipliers would take 8 more)
     "compact": _SMALL.replace(name="compact", acc_buffer_bytes=16 * 1024, soft_products=40, store_scale=False),
     # The 85F's 1x16x16, built the way `slim` is. DP16KD are at most 36 bits wide: a 2048-bit weight entry
-    # takes 57 of them at any depth up to 512. Of the 156 MULT18X18D the two-lane ALU takes 6, and 146 hold
-    # GEMM products; the other 110 products are built from logic.
+    # takes 57 of them at any depth up to 512. All 256 products a cycle did not route (their 4,096 wires
+    # from the DSP rows to the adder trees, 110 of them built in logic): the GEMM computes 8 of the 16
+    # output lanes a cycle, 128 products in 128 of the 156 MULT18X18D (the two-lane ALU takes 6).
     "medium": HwConfig(
         name="medium", batch=1, block_in=16, block_out=16,
         uop_buffer_bytes=8 * 1024, inp_buffer_bytes=8 * 1024, wgt_buffer_bytes=128 * 1024,
         acc_buffer_bytes=32 * 1024, token_queue_depth=64, cmd_queue_depth=64, dram_bus_width=64,
-        vector_lanes=2, lean=True, requant_store=False, soft_products=110),
+        vector_lanes=2, lean=True, requant_store=False, gemm_lanes=8),
     "default": HwConfig(name="default"),
 }
 

@@ -54,6 +54,14 @@ VEC4 = BATCH2.replace(name="tiny_b2_v4", vector_lanes=4)
 WIDE = TINY.replace(name="tiny_8x8_v2", block_in=8, block_out=8, vector_lanes=2)
 # ... and as `slim` builds it (`lean`, no requantizing STORE): the inp and wgt SRAMs read a cycle later
 WIDE_LEAN = WIDE.replace(name="tiny_8x8_v2_lean", lean=True, requant_store=False)
+# A GEMM of several passes (`gemm_lanes`): two lanes of four a pass; one lane of batch 2's eight (eight passes);
+# two passes with products in logic; and 64 products of 256 (operand copies, late reads) as `medium` builds them
+GL2 = TINY.replace(name="tiny_g2", gemm_lanes=2)
+GL1_B2 = BATCH2.replace(name="tiny_b2_g1", gemm_lanes=1)
+GL2_SOFT = SOFT.replace(name="tiny_soft_g2", gemm_lanes=2, soft_products=5)
+GL4_WIDE = TINY.replace(name="tiny_16x16_g4_lean", block_in=16, block_out=16, vector_lanes=2, lean=True,
+                        requant_store=False, gemm_lanes=4, wgt_buffer_bytes=16384, acc_buffer_bytes=8192)
+GEMM_PASSES = [GL2, GL1_B2, GL2_SOFT, GL4_WIDE]
 # MUL one partial product a cycle: with every lane, and with one lane (passes and steps nested)
 SERIAL = TINY.replace(name="tiny_serial_mul", serial_mul=True)
 SERIAL1 = VEC1.replace(name="tiny_v1_serial_mul", serial_mul=True)
@@ -181,7 +189,7 @@ def cycle_limit(cfg, insn):
         lanes = cfg.batch * cfg.block_out       # and its MUL or SHR a bit a cycle)
         return insn.uop_count * (lanes + 12 if isinstance(insn, Gemm) else lanes * (cfg.acc_width + 8) + 2)
     # (an ALU micro-op waits up to six cycles for the one ahead when it reads the row it writes)
-    return insn.uop_count * (1 if isinstance(insn, Gemm) else cfg.vector_passes * steps + 6)
+    return insn.uop_count * (cfg.gemm_passes if isinstance(insn, Gemm) else cfg.vector_passes * steps + 6)
 
 
 def run_core(cfg, contents, insns):
@@ -410,7 +418,7 @@ def test_gemm_two_loop_levels(seed):
 
 
 @pytest.mark.parametrize("cfg", [ACC16, BATCH2, SOFT, SOFT16, VEC1, VEC2, WIDE, WIDE_LEAN, SEQ, SEQ_B2, SEQ_ONE,
-                                 SEQ_ROWS, SEQ_ROWS_B2], ids=lambda c: c.name)
+                                 SEQ_ROWS, SEQ_ROWS_B2, *GEMM_PASSES], ids=lambda c: c.name)
 def test_gemm_other_lane_layouts(cfg):
     """GEMM on a 16-bit accumulator, on batch 2 (lane order b·block_out + o), with products built from
     logic, and beside an ALU of several passes (the accumulator's read address then a register of its own)
@@ -420,21 +428,25 @@ def test_gemm_other_lane_layouts(cfg):
     check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
-def test_gemm_reset():
+@pytest.mark.parametrize("cfg", [TINY, GL2], ids=lambda c: c.name)
+def test_gemm_reset(cfg):
     """GEMM with reset zeroes acc and out of every destination and leaves other rows alone.
 
     Its source and weight indices run far outside their buffers: with reset
-    only the destination is used and range-checked.
+    only the destination is used and range-checked. (With several passes a
+    resetting micro-op takes one.)
     """
     rng = np.random.default_rng(11)
     uops = [(int(rng.integers(0, 40)), 255, 127) for _ in range(5)]
     insn = Gemm(uop_bgn=3, uop_end=8, iter_out=3, iter_in=2, dst_factor_out=50, dst_factor_in=41,
                 src_factor_out=200, src_factor_in=100, wgt_factor_out=100, wgt_factor_in=60, reset=True)
-    contents = with_uops(random_contents(rng, TINY), 3, uops)
-    check_against_fsim(insn, contents)
+    contents = with_uops(random_contents(rng, cfg), 3, uops)
+    report = check_against_fsim(insn, contents, cfg)
+    # (a cycle a micro-op; with passes a stage more drains: the register their sums gather in)
+    assert report["cycles"] == check_against_fsim(insn, contents, TINY)["cycles"] + (cfg.gemm_passes > 1)
 
 
-@pytest.mark.parametrize("cfg", [TINY, WIDE, WIDE_LEAN, SEQ], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, WIDE, WIDE_LEAN, SEQ, GL2, GL4_WIDE], ids=lambda c: c.name)
 @pytest.mark.parametrize("seed", range(3))
 def test_gemm_overwrite(seed, cfg):
     """GEMM with overwrite replaces every destination by its product (the last micro-op on a repeated row wins)."""
@@ -445,7 +457,7 @@ def test_gemm_overwrite(seed, cfg):
     check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE, WIDE_LEAN, SEQ], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE, WIDE_LEAN, SEQ, GL2, GL4_WIDE], ids=lambda c: c.name)
 @pytest.mark.parametrize("distance", [1, 2, 3, 4, 5, 7])
 def test_gemm_repeated_destination(distance, cfg):
     """Micro-ops writing the row written ``distance`` micro-ops earlier accumulate every product.
@@ -629,7 +641,7 @@ ERROR_CASES = {
 }
 
 
-@pytest.mark.parametrize("cfg", [TINY, SEQ], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, SEQ, GL2], ids=lambda c: c.name)
 @pytest.mark.parametrize("insn, uops, code", ERROR_CASES.values(), ids=ERROR_CASES.keys())
 def test_range_errors(insn, uops, code, cfg):
     """Range errors come with ``done`` (no hang) and the code fsim reports; the core then runs on.
@@ -655,7 +667,7 @@ def test_range_errors(insn, uops, code, cfg):
     assert (hw["acc"][240:244] == 0).all() and (hw["out"][240:244] == 0).all()
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE, SEQ, SEQ_ROWS], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE, SEQ, SEQ_ROWS, GL2, GL1_B2], ids=lambda c: c.name)
 def test_instruction_sequence(cfg):
     """GEMM and ALU instructions one after another (each sees the last one's results) match fsim.
 
@@ -688,17 +700,19 @@ def test_instruction_sequence(cfg):
 SHAPES = [(1, 1, 1), (1, 1, 8), (2, 4, 1), (2, 2, 2), (1, 1, 64), (4, 4, 4), (8, 1, 8), (1, 64, 1)]
 
 
-@pytest.mark.parametrize("cls, cfg", [(Gemm, TINY), (Alu, TINY), (Alu, VEC1)], ids=["Gemm", "Alu", "Alu-tiny_v1"])
+@pytest.mark.parametrize("cls, cfg", [(Gemm, TINY), (Alu, TINY), (Alu, VEC1), (Gemm, GL2), (Gemm, GL1_B2)],
+                         ids=["Gemm", "Alu", "Alu-tiny_v1", "Gemm-tiny_g2", "Gemm-tiny_b2_g1"])
 def test_one_micro_op_per_cycle(cls, cfg):
     """From ``start`` to ``done`` takes n·p + c cycles for n micro-ops, the same c for every n and loop
-    shape; p is 1, or ``vector_passes`` for ALU micro-ops on ALUs narrower than the row.
+    shape; p is 1, or ``vector_passes`` for ALU micro-ops on ALUs narrower than the row, ``gemm_passes``
+    for GEMM micro-ops on a GEMM of fewer lanes (``gemm_lanes``).
 
     The loop generator must not lose a cycle moving between loop levels;
     results still match fsim. GEMM micro-ops on a repeated row (reductions)
     run at full rate too; ALU micro-ops here never read the row the one
     ahead of them writes (see the next test).
     """
-    passes = cfg.vector_passes if cls is Alu else 1
+    passes = cfg.vector_passes if cls is Alu else cfg.gemm_passes
     rng = np.random.default_rng(64)
     overhead = {}
     for iter_out, iter_in, n_uops in SHAPES:
@@ -716,7 +730,7 @@ def test_one_micro_op_per_cycle(cls, cfg):
     if cls is Gemm:
         insn = Gemm(uop_bgn=0, uop_end=8, iter_out=2, iter_in=4, src_factor_in=1)
         report = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, [(5, u, u) for u in range(8)]), cfg)
-        overhead["reduction"] = report["cycles"] - 64
+        overhead["reduction"] = report["cycles"] - 64 * passes
     assert len(overhead) >= 4 and len(set(overhead.values())) == 1, f"cycles - n per shape: {overhead}"
 
 
