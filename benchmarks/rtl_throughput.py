@@ -1,8 +1,9 @@
 """RTL throughput from the hardware's own cycle counters (Verilator + cocotb).
 
-* GEMM: one instruction of n micro-ops keeps the core busy n + c cycles;
-  c must not depend on n.
-* ALU: likewise, one micro-op per cycle (each on its own row).
+* GEMM: one instruction of n micro-ops keeps the core busy n·p + c cycles
+  (p = ``gemm_passes``, 1 unless the config has ``gemm_lanes``); c must not
+  depend on n.
+* ALU: likewise, a micro-op per ``vector_passes`` cycles (each on its own row).
 * LOAD: a long LOAD INP moves at least 90% of the bus width per cycle
   (bytes / bus bytes / load-busy cycles).
 
@@ -69,15 +70,15 @@ def main():
             beats = r.counters["read_inp"] / cfg.bus_bytes
             record.update(bytes=r.counters["read_inp"], beats=beats, bus_efficiency=beats / busy)
         else:
-            record["overhead_c"] = busy - n
+            record["overhead_c"] = busy - n * (cfg.gemm_passes if kind == "gemm" else cfg.vector_passes)
         records.append(record)
-    print(f"{'kind':6} {'n':>6} {'busy':>7} {'c = busy - n':>13}")
+    print(f"{'kind':6} {'n':>6} {'busy':>7} {'c = busy - n·p':>15}")
     for rec in records:
         if rec["kind"] == "load":
             print(f"{'load':6} {rec['n']:>6} {rec['busy_cycles']:>7}   {rec['bytes']} bytes in {rec['beats']:.0f} beats:"
                   f" {100 * rec['bus_efficiency']:.1f}% of the bus per busy cycle")
         else:
-            print(f"{rec['kind']:6} {rec['n']:>6} {rec['busy_cycles']:>7} {rec['overhead_c']:>13}")
+            print(f"{rec['kind']:6} {rec['n']:>6} {rec['busy_cycles']:>7} {rec['overhead_c']:>15}")
     for kind in ("gemm", "alu"):
         cs = {rec["overhead_c"] for rec in records if rec["kind"] == kind}
         print(f"{kind}: c {'is constant' if len(cs) == 1 else 'VARIES'} ({sorted(cs)})")

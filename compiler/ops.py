@@ -321,7 +321,7 @@ def conv_cost(spec, cfg, t):
         tiles=tiles, steps=tiles * (RB // t.in_channels),
         load=(inp_blocks * (rows * cols * beats["inp"] + LOAD_OVERHEAD)
               + t.out_channels * t.in_channels * KH * KW * beats["wgt"] + LOAD_OVERHEAD),
-        gemm=t.out_channels * t.rows * t.cols * t.in_channels * KH * KW + 2 * GEMM_OVERHEAD,
+        gemm=t.out_channels * t.rows * t.cols * t.in_channels * KH * KW * c.gemm_passes + 2 * GEMM_OVERHEAD,
         store=t.out_channels * (t.rows * t.cols * beats["out"] + STORE_OVERHEAD))
 
 

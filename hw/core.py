@@ -472,27 +472,31 @@ class ComputeCore(wiring.Component):
         # Each input feeds `block_out` products (each weight `batch`): on a large GEMM (`copies`) every product
         # takes its operands from copies of those registers made a cycle later (chosen by the config alone,
         # so that its latency does not depend on the platform).
-        pairs = (is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS
-                 and not copies and passes_g == 1)
+        pairs = (is_ice40(platform) and c.inp_width == c.wgt_width == ICE40_PAIR_OPERAND_BITS) and not copies
         # On the ECP5 a product in a DSP block takes its copies into the block's input registers.
         copies_in_dsp = copies and is_ecp5(platform)
         # With several passes, product (b, o, k) multiplies the weight of lane `beat·gemm_lanes + o`, chosen
-        # by the pass it works on (a copy of its number for each group of `block_in` products: it reaches
-        # every weight bit they take).
+        # by the pass it works on (from the weights' registers a copy of its number for each group of
+        # `block_in` products: it reaches every weight bit they take; an iCE40 pair chooses from the block
+        # RAMs' outputs, a cycle earlier).
         GL = BO // passes_g
+        beat_read = beat_copies = None
         if passes_g > 1:
-            beat_operands = s2_beat
+            beat_read = s2_beat             # (the pass whose rows the inp and wgt block RAMs put out)
             for n in range(late_reads):
-                beat_operands = pipe(m, beat_operands, f"beat_operands{n}", data=True)
-            beat_copies = replicas(m, beat_operands, "gemm_beat", batch * GL, data=True)
+                beat_read = pipe(m, beat_read, f"beat_read{n}", data=True)
+            beat_copies = replicas(m, beat_read, "gemm_beat", batch * GL, data=True)
+
+        def chosen(row, o, k, beat):
+            """Weight ``k`` of lane ``o`` in ``row``, or with several passes of lane ``beat·gemm_lanes + o``."""
+            if passes_g == 1:
+                return row[o * BI + k]
+            lanes_k = Cat(row[(p * GL + o) * BI + k] for p in range(passes_g))
+            return lanes_k.word_select(beat, c.wgt_width).as_signed()
 
         def weight(b, o, k):
-            """The weight register product (b, o, k) takes this pass: lane ``o``'s, or with several passes
-            that of the pass's lane ``o``."""
-            if passes_g == 1:
-                return wgt_data[o * BI + k]
-            lanes_k = Cat(wgt_data[(p * GL + o) * BI + k] for p in range(passes_g))
-            return lanes_k.word_select(beat_copies[b * GL + o], c.wgt_width).as_signed()
+            """The weight register product (b, o, k) takes this pass."""
+            return chosen(wgt_data, o, k, beat_copies and beat_copies[b * GL + o])
 
         def operands(x, b, o, k):
             """The registers product (b, o, k) multiplies: input x and its weight, or each product's copies.
@@ -511,11 +515,12 @@ class ComputeCore(wiring.Component):
                 for k in range(BI):
                     if len(products) > k:       # (the second of an iCE40 pair)
                         continue
-                    x, w, name = b * BI + k, o * BI + k, f"p_{b}_{o}_{k}"
+                    x, name = b * BI + k, f"p_{b}_{o}_{k}"
                     soft = (b * GL + o) * BI + k >= first_soft
                     if pairs and k + 1 < BI and (b * GL + o) * BI + k + 1 < first_soft:
                         products += ice40_product_pair(
-                            m, [(self.inp_read.data[x + n], self.wgt_read.data[w + n]) for n in (0, 1)], name=name)
+                            m, [(self.inp_read.data[x + n], chosen(self.wgt_read.data, o, k + n, beat_read))
+                                for n in (0, 1)], name=name)
                     else:
                         p = Signal(signed(c.inp_width + c.wgt_width), name=name, reset_less=products_reset_less)
                         if copies_in_dsp and not soft:
@@ -539,14 +544,19 @@ class ComputeCore(wiring.Component):
             ctrl.append(tuple(pipe(m, s, f"g{n}_{k}", data=k > 0) for k, s in enumerate(ctrl[-1])))
         if passes_g == 1:
             sums = trees
-        else:           # (lane b·block_out + o of pass o // gemm_lanes, from tree o % gemm_lanes)
-            tree_beat = ctrl[-2][4]
+        else:
+            # Lane b·block_out + o is pass o // gemm_lanes's, from tree o % gemm_lanes: its sum register
+            # loads as that pass leaves the tree, enabled by a flag compared a stage ahead, a copy for
+            # each lane (one for each pass on the small FPGAs: see `copies_per_row` above).
+            takes = [replicas(m, ctrl[-3][4] == p, f"g_sum_take{p}", batch * GL if copies_per_row > 1 else 1,
+                              data=True) for p in range(passes_g)]
             sums = []
             for b in range(batch):
                 for o in range(BO):
                     total = trees[b * GL + o % GL]
                     lane_sum = Signal.like(total, name=f"sum_{b}_{o}", reset_less=True)
-                    with m.If(tree_beat == o // GL):
+                    pass_takes = takes[o // GL]
+                    with m.If(pass_takes[(b * GL + o % GL) % len(pass_takes)]):
                         m.d.sync += lane_sum.eq(total)
                     sums.append(lane_sum)
         # On a large GEMM the row read leaves the block RAMs into a register of its own (`row_read`)

@@ -29,6 +29,7 @@ from amaranth.sim import Simulator
 
 from tilewright import PRESETS, isa
 from tilewright.hw.core import ComputeCore, alu_reads_one_port, soft_multiply
+from tilewright.hw.pipe import pipe
 from tilewright.hw.serial_core import core_for
 from tilewright.hw.sram import (acc_granularity, acc_loads_by_lane, acc_rows_by_lane, alu_granularity, sram_rows,
                                 sram_shape, wgt_rows_by_lane)
@@ -237,16 +238,26 @@ def run_core(cfg, contents, insns):
             await ctx.tick()
             assert not ctx.get(core.done), "done is longer than one cycle"
             assert not ctx.get(core.gemm_busy) and not ctx.get(core.alu_busy)
-        for mem in ("acc", "out"):      # (entries: with `acc_rows_by_lane` an entry's rows together)
-            data, row_lanes = h.mems[mem].data, sram_shape(cfg, mem).length
-            rows = [[ctx.get(data[r])[k] for k in range(row_lanes)] for r in range(sram_rows(cfg, mem))]
-            final[mem] = np.array(rows, dtype=np.int64).reshape(cfg.acc_depth, lanes(cfg, mem))
+        final.update(read_acc_out(ctx, h))
+    simulate(h, bench)
+    return reports, final
 
+
+def read_acc_out(ctx, h):
+    """The ACC and OUT contents of harness ``h``, by entry (with `acc_rows_by_lane` an entry's rows together)."""
+    cfg, final = h.cfg, {}
+    for mem in ("acc", "out"):
+        data, row_lanes = h.mems[mem].data, sram_shape(cfg, mem).length
+        rows = [[ctx.get(data[r])[k] for k in range(row_lanes)] for r in range(sram_rows(cfg, mem))]
+        final[mem] = np.array(rows, dtype=np.int64).reshape(cfg.acc_depth, lanes(cfg, mem))
+    return final
+
+
+def simulate(h, bench):
     sim = Simulator(h)
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    return reports, final
 
 
 # -- the functional simulator as reference ------------------------------------
@@ -692,6 +703,87 @@ def test_instruction_sequence(cfg):
     error, ref = fsim_reference(cfg, contents, insns)
     assert error == ErrorCode.NONE
     assert_state_matches(hw, ref, contents, insns)
+
+
+def run_released(cfg, contents, insns):
+    """Run ``insns`` on the core, each GEMM after the first started as soon as the one ahead is ``released``
+    (as the sequencer starts it, while that one's sums drain); returns ``{acc, out}`` once all are done."""
+    h = CoreHarness(cfg, contents)
+    core, final = h.core, {}
+
+    async def bench(ctx):
+        for k, insn in enumerate(insns):
+            ctx.set(core.insn, word(insn, cfg))
+            await ctx.tick()
+            ctx.set(core.start, 1)
+            await ctx.tick()
+            ctx.set(core.start, 0)
+            for cycle in range(cycle_limit(cfg, insn) + 64):
+                if ctx.get(core.done) or (k + 1 < len(insns) and ctx.get(core.released)):
+                    break
+                await ctx.tick()
+            else:
+                raise AssertionError(f"instruction {k}: neither released nor done: the core hangs")
+            assert ctx.get(core.error) == 0
+        await ctx.tick()
+        assert not ctx.get(core.gemm_busy)
+        final.update(read_acc_out(ctx, h))
+    simulate(h, bench)
+    return final
+
+
+@pytest.mark.parametrize("cfg", [TINY, GL2, GL4_WIDE], ids=lambda c: c.name)
+@pytest.mark.parametrize("flags", [{}, {"reset": True}, {"overwrite": True}], ids=["plain", "reset", "overwrite"])
+def test_gemm_started_as_the_one_ahead_is_released(cfg, flags):
+    """A GEMM started while the one ahead drains (on `released`), on the rows that one writes, sees its sums
+    and keeps its own flags: the result matches fsim. (With passes, the last pass of the one ahead and the
+    first of the next are a cycle apart in the pipeline.)"""
+    rng = np.random.default_rng(30)
+    first = [(int(rng.integers(0, 4)), int(rng.integers(0, 8)), int(rng.integers(0, 8))) for _ in range(4)]
+    second = [(int(rng.integers(0, 4)), int(rng.integers(0, 8)), int(rng.integers(0, 8))) for _ in range(3)]
+    insns = [Gemm(uop_bgn=0, uop_end=4, iter_out=2, iter_in=1, dst_factor_out=1, src_factor_out=1, wgt_factor_out=1),
+             Gemm(uop_bgn=10, uop_end=13, iter_out=1, iter_in=2, dst_factor_in=1, src_factor_in=2, wgt_factor_in=1,
+                  **flags),
+             Gemm(uop_bgn=0, uop_end=4, iter_out=1, iter_in=1)]
+    contents = with_uops(with_uops(random_contents(rng, cfg), 0, first), 10, second)
+    hw = run_released(cfg, contents, insns)
+    error, ref = fsim_reference(cfg, contents, insns)
+    assert error == ErrorCode.NONE
+    assert_state_matches(hw, ref, contents, insns)
+
+
+def _ecp5_product(m, a, b, *, name):
+    """What :func:`tilewright.hw.dsp.ecp5_product` builds, in flip-flops: the product of its operands a cycle
+    before (the block's input registers)."""
+    return pipe(m, a, f"{name}_a", data=True) * pipe(m, b, f"{name}_b", data=True)
+
+
+def _ice40_product_pair(m, operands, *, name):
+    """What :func:`tilewright.hw.dsp.ice40_product_pair` builds, in flip-flops: each product registered after
+    its operands' registers."""
+    return [pipe(m, pipe(m, a, f"{name}_a{n}", data=True) * pipe(m, b, f"{name}_b{n}", data=True),
+                 f"{name}_p{n}", data=True) for n, (a, b) in enumerate(operands)]
+
+
+@pytest.mark.parametrize("family, cfg", [("ecp5", GL4_WIDE), ("ecp5", GL4_WIDE.replace(name="b2_g2", batch=2,
+                                                                                         gemm_lanes=2)),
+                                         ("ecp5", WIDE_LEAN), ("ice40", GL2), ("ice40", TINY)],
+                         ids=lambda v: getattr(v, "name", v))
+def test_gemm_through_the_fpga_product_blocks(family, cfg, monkeypatch):
+    """The FPGA forms of the products (an ECP5 DSP block taking its operands into its input registers, an
+    iCE40 block making two), each swapped for flip-flops doing what the block does (the simulators have no
+    model of the blocks; tests/hw/test_dsp.py checks the blocks against Yosys's own), with several passes
+    choosing the weights in front of them: the results match fsim."""
+    import tilewright.hw.core as core_module
+    if family == "ecp5":
+        monkeypatch.setattr(core_module, "is_ecp5", lambda platform: True)
+        monkeypatch.setattr(core_module, "ecp5_product", _ecp5_product)
+    else:
+        monkeypatch.setattr(core_module, "is_ice40", lambda platform: True)
+        monkeypatch.setattr(core_module, "ice40_product_pair", _ice40_product_pair)
+    rng = np.random.default_rng(31)
+    insn, uops = random_loop(rng, Gemm, cfg, n_uops=4, iter_out=2, iter_in=2)
+    check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
 # -- throughput ----------------------------------------------------------------

@@ -63,6 +63,7 @@ def test_ice40_pair_is_two_registered_products(tmp_path):
 
 
 @pytest.mark.parametrize("cfg,blocks", [(PRESETS["tiny"], 8), (PRESETS["small"].replace(name="s32", block_out=4), 16),
+                                        (PRESETS["tiny"].replace(name="tiny_g2", gemm_lanes=2), 4),
                                         (PRESETS["small"], 0)], ids=lambda v: getattr(v, "name", v))
 def test_ice40_gemm_products_in_pairs(cfg, blocks):
     """Elaborated for the iCEBreaker, a GEMM's products take one SB_MAC16 per two; one of 64 products or

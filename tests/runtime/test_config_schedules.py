@@ -72,5 +72,5 @@ def test_one_deep_token_queues_are_refused_with_the_reason():
 
 
 def test_the_gemm_has_an_upper_bound():
-    with pytest.raises(ConfigError, match=r"16384 GEMM products per cycle is more than 4096"):
+    with pytest.raises(ConfigError, match=r"batch·block_in·block_out = 16384 is more than 4096"):
         HwConfig(block_in=1024)

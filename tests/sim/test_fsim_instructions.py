@@ -363,6 +363,24 @@ def test_plans_follow_the_micro_ops_and_the_data(rng):
     bench.run(program)
 
 
+def test_gemm_reduction_longer_than_a_float32_sum_holds(rng):
+    """A reduction of 300 micro-ops on one row (1,200 products of 8-bit extremes: a sum past 2**24, where float32
+    drops low bits) is exact: fsim sums it as float32 products over slices of at most EXACT_FLOAT32_TERMS
+    terms, added in float64."""
+    bench = Bench(TINY)
+    n = 300
+    assert n * TINY.block_in > fsim.EXACT_FLOAT32_TERMS
+    extremes = lambda kind, count: bench.put(kind, rng.choice([-128, -127], (count,) + bench.geometry(kind)[1]))
+    inp, wgt = extremes("inp", 24), extremes("wgt", 24)
+    uops = bench.put("uop", [Uop(0, u % 24, (7 * u) % 24) for u in range(n)])
+    bench.run([load("inp", sram_base=0, dram_base=inp, y_size=1, x_size=24),
+               load("wgt", sram_base=0, dram_base=wgt, y_size=1, x_size=24),
+               load("uop", sram_base=0, dram_base=uops, y_size=1, x_size=n),
+               Gemm(uop_bgn=0, uop_end=n, iter_out=1, iter_in=1, reset=True),
+               Gemm(uop_bgn=0, uop_end=n, iter_out=1, iter_in=1)])
+    assert np.abs(bench.ref.acc[0]).max() > 2 ** 24
+
+
 @pytest.mark.parametrize("cfg", [TINY, BATCH2], ids=cfg_id)
 def test_gemm_reset(cfg, rng, chunks):
     """Reset zeroes acc and out at the looped destinations only, then accumulation restarts."""
