@@ -395,20 +395,6 @@ class ComputeCore(wiring.Component):
         # state) and the copies of `stall` itself (through S2's) through 10.1-10.7 ns.
         loops_stall, rows_stall, state_stall = ([Signal(name=f"stall_replica_{n}") for n in ("loops", "rows", "state")]
                                                 if c.vector_passes > 1 else [stall] * 3)
-        # With `gemm_lanes` a GEMM micro-op that does not reset is walked `gemm_passes` times, a pass for
-        # each group of `gemm_lanes` output lanes: the loops hold it while `beat` counts its passes, and
-        # each pass goes down the pipeline tagged with its number (`last_beat`: the micro-op's last).
-        passes_g = c.gemm_passes
-        beat = Signal(range(max(passes_g, 2)))
-        repeats = Signal()          # the loops hold their micro-op for another pass
-        if passes_g > 1:
-            m.d.comb += repeats.eq(is_gemm & ~reset & (beat != passes_g - 1))
-            with m.If(self.start):
-                m.d.sync += beat.eq(0)
-            with m.Elif(loops.valid & ~loops_stall):
-                m.d.sync += beat.eq(Mux(repeats, beat + 1, 0))
-        m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(~loops_stall),
-                     loops.hold.eq(loops_stall | repeats)]
         uop_valid = Signal()
         uop_loop = Signal.like(loops.out, reset_less=True)
         s1_valid = Signal()
@@ -417,13 +403,27 @@ class ComputeCore(wiring.Component):
         with m.If(~stall):
             m.d.sync += [uop_valid.eq(loops.valid & ~loops.stop), uop_loop.eq(loops.out),
                          s1_valid.eq(uop_valid), s1.eq(uop_loop), uop.eq(self.uop_read.data)]
-        s2_beat, s2_last = C(0, 1), C(1)       # (one pass: every micro-op's first and last)
+        # With `gemm_lanes` a GEMM micro-op that does not reset is walked `gemm_passes` times, a pass for
+        # each group of `gemm_lanes` output lanes: the loops hold it while `beat` counts its passes, and
+        # each pass goes down S0-S2 (and the GEMM's stages) tagged with its number and whether it is the
+        # micro-op's last.
+        passes_g = c.gemm_passes
+        repeats, s2_beat, s2_last = C(0), C(0, 1), C(1)      # (one pass: every micro-op's first and last)
         if passes_g > 1:
+            beat = Signal(range(passes_g))
+            repeats = Signal()          # the loops hold their micro-op for another pass
+            m.d.comb += repeats.eq(is_gemm & ~reset & (beat != passes_g - 1))
+            with m.If(self.start):
+                m.d.sync += beat.eq(0)
+            with m.Elif(loops.valid & ~loops_stall):
+                m.d.sync += beat.eq(Mux(repeats, beat + 1, 0))
             uop_beat, s1_beat, s2_beat = (Signal.like(beat, name=n, reset_less=True) for n in ("uop_beat", "s1_beat", "s2_beat"))
             uop_last, s1_last, s2_last = (Signal(name=n, reset_less=True) for n in ("uop_last_beat", "s1_last_beat", "s2_last_beat"))
             with m.If(~stall):
                 m.d.sync += [uop_beat.eq(beat), uop_last.eq(~repeats), s1_beat.eq(uop_beat), s1_last.eq(uop_last),
                              s2_beat.eq(s1_beat), s2_last.eq(s1_last)]
+        m.d.comb += [self.uop_read.addr.eq(loops.out.u), self.uop_read.en.eq(~loops_stall),
+                     loops.hold.eq(loops_stall | repeats)]
 
         # -- S1: indices; the SRAM reads take their low bits ------------------------
         dst, src, wgt = (Signal(len(loops.out[n]) + 1, name=n) for n in ("dst", "src", "wgt"))
@@ -479,7 +479,7 @@ class ComputeCore(wiring.Component):
         # by the pass it works on (from the weights' registers a copy of its number for each group of
         # `block_in` products: it reaches every weight bit they take; an iCE40 pair chooses from the block
         # RAMs' outputs, a cycle earlier).
-        GL = BO // passes_g
+        GL = c.gemm_width
         beat_read = beat_copies = None
         if passes_g > 1:
             beat_read = s2_beat             # (the pass whose rows the inp and wgt block RAMs put out)
@@ -496,7 +496,7 @@ class ComputeCore(wiring.Component):
 
         def weight(b, o, k):
             """The weight register product (b, o, k) takes this pass."""
-            return chosen(wgt_data, o, k, beat_copies and beat_copies[b * GL + o])
+            return chosen(wgt_data, o, k, beat_copies[b * GL + o] if beat_copies else None)
 
         def operands(x, b, o, k):
             """The registers product (b, o, k) multiplies: input x and its weight, or each product's copies.

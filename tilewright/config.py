@@ -209,9 +209,10 @@ class HwConfig:
             if getattr(self, key) > limit:
                 raise ConfigError(f"{key}={getattr(self, key)} is more than {limit}, the most a queue is built with "
                                   f"(a deeper one costs memory and buys no overlap the compiler can use)")
-        if self.batch * self.block_in * self.block_out > MAX_PRODUCTS:
-            raise ConfigError(f"batch·block_in·block_out = {self.batch * self.block_in * self.block_out} is more "
-                              f"than {MAX_PRODUCTS} (a 1×64×64 array), the largest the RTL generator is meant for")
+        block_macs = self.batch * self.block_in * self.block_out
+        if block_macs > MAX_PRODUCTS:
+            raise ConfigError(f"batch·block_in·block_out = {block_macs} is more than {MAX_PRODUCTS} (a 1×64×64 "
+                              f"array), the largest the RTL generator is meant for")
         if self.gemm_lanes and not (_is_pow2(self.gemm_lanes) and self.gemm_lanes <= self.block_out):
             raise ConfigError(f"gemm_lanes={self.gemm_lanes} must be 0 (all of block_out) or a power of two up to "
                               f"block_out = {self.block_out}")
@@ -341,15 +342,19 @@ class HwConfig:
         return self.dram_bus_width // 8
 
     @property
+    def gemm_width(self):
+        """Output lanes (of ``block_out``) the GEMM computes per cycle."""
+        return self.gemm_lanes or self.block_out
+
+    @property
     def gemm_passes(self):
-        """Cycles one GEMM micro-op takes (a resetting one takes one): ``block_out / gemm_lanes``."""
-        return self.block_out // (self.gemm_lanes or self.block_out)
+        """Cycles one GEMM micro-op takes (a resetting one takes one): ``block_out / gemm_width``."""
+        return self.block_out // self.gemm_width
 
     @property
     def macs_per_cycle(self):
-        """The GEMM's products, and so its peak multiply-accumulates a cycle:
-        ``batch·block_in·gemm_lanes`` (``gemm_lanes`` 0: all of ``block_out``)."""
-        return self.batch * self.block_in * (self.gemm_lanes or self.block_out)
+        """The GEMM's products, and so its peak multiply-accumulates a cycle: ``batch·block_in·gemm_width``."""
+        return self.batch * self.block_in * self.gemm_width
 
     def params(self):
         """The parameters as a plain dict (no name), in declaration order."""
