@@ -35,10 +35,13 @@ again); a run that failed is not kept.
 import dataclasses
 import functools
 import hashlib
+import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from tilewright import isa
 from tilewright.config import load_config
@@ -240,9 +243,9 @@ class FunctionalSimulator:
         self._uop = np.zeros((3, c.uop_depth), dtype=np.int64)    # dst, src, wgt
         self._uop_fields = isa.uop_format(c).fields
         self._wgt_version, self._weight_cache = 0, {}
-        self._plans = {}            # (micro-ops' digest, GEMM/ALU instruction) -> plan
+        self._plans = {}            # (micro-ops' digest, GEMM/ALU instruction's encoding) -> plan
         self._uop_key = hashlib.blake2b(self._uop.tobytes(), digest_size=16).digest()
-        self._transfer_plans = {}   # LOAD/STORE instruction -> plan (see _new_transfer_plan)
+        self._transfer_plans = {}   # LOAD/STORE instruction's encoding -> plan (see _new_transfer_plan)
         self._transfer_dram = self.dram.data       # the DRAM array the plans view
         self._program = None        # byte range of the running program's instructions, if run from DRAM
         self._orders = {}           # (program, priority) -> the order its instructions ran in (see _execute)
@@ -283,10 +286,11 @@ class FunctionalSimulator:
             raise isa.IsaError(f"instruction stream of {len(data)} bytes is not a multiple of {isa.INSN_BYTES}")
         key = (bytes(data), self.priority)
         order = self._orders.get(key)
-        if order is not None:
-            return self._replay(order)
-        words = [bytes(data[i:i + isa.INSN_BYTES]) for i in range(0, len(data), isa.INSN_BYTES)]
-        stats, order = self._execute(words)
+        with _ONE_BLAS_THREAD:
+            if order is not None:
+                return self._replay(order)
+            words = [bytes(data[i:i + isa.INSN_BYTES]) for i in range(0, len(data), isa.INSN_BYTES)]
+            stats, order = self._execute(words)
         if len(self._orders) >= 256:
             self._orders.clear()
         self._orders[key] = order
@@ -325,8 +329,8 @@ class FunctionalSimulator:
 
     def _execute(self, words):
         """Run ``words`` through the fetch, command queues and tokens; returns the stats and, for
-        :meth:`_replay`, the order the instructions ran in: ``(index, instruction, stream, words fetched)``.
-        The order depends on the words, the config and ``priority`` alone (no data steers it)."""
+        :meth:`_replay`, the order the instructions ran in (a list of :class:`_Step`). The order depends on
+        the words, the config and ``priority`` alone (no data steers it)."""
         stats = self._start()
         order = []
         depth_cmd, depth_tok = self.cfg.cmd_queue_slots, self.cfg.token_queue_depth
@@ -375,8 +379,10 @@ class FunctionalSimulator:
                 index, insn, pops, pushes = cmd[stream].popleft()
                 for q in pops:
                     tokens[q] -= 1
-                order.append((index, insn, stream, pc))
-                spent = self._step(index, insn, stream, spent)
+                step = _Step(index, insn, words[index], stream, stream.name.lower(), pc, _cost(insn),
+                             _EXECUTES.get(type(insn)))
+                order.append(step)
+                spent = self._step(step, spent)
                 for q in pushes:
                     tokens[q] += 1
                 if isinstance(insn, Finish):
@@ -391,25 +397,25 @@ class FunctionalSimulator:
         and errors, without stepping the queues and tokens again)."""
         stats, spent = self._start(), 0
         try:
-            for index, insn, stream, fetched in order:
-                stats.dram_bytes_read["insn"] = fetched * isa.INSN_BYTES
-                spent = self._step(index, insn, stream, spent)
+            for step in order:
+                stats.dram_bytes_read["insn"] = step.fetched * isa.INSN_BYTES
+                spent = self._step(step, spent)
         except SimError as e:
             e.stats = stats
             raise
         return stats
 
-    def _step(self, index, insn, stream, spent):
-        """Execute one instruction of ``stream`` with ``spent`` operations of the budget used; returns the new
-        total."""
-        self.stats.instructions[stream.name.lower()] += 1
+    def _step(self, step, spent):
+        """Execute one :class:`_Step` with ``spent`` operations of the budget used; returns the new total."""
+        index, insn, word, stream, name, _, cost, execute = step
+        self.stats.instructions[name] += 1
         self.executed.append(index)
         try:
-            cost = _cost(insn)
             if spent + cost > self.max_ops:
                 raise BudgetError(f"{insn.OPCODE.name} needs {cost:,} operations; the run has spent "
                                   f"{spent:,} of its budget of {self.max_ops:,} (max_ops)")
-            self._dispatch(insn)
+            if execute:
+                getattr(self, execute)(insn, word)
         except SimError as e:
             e.index, e.stream = index, stream
             raise
@@ -439,16 +445,6 @@ class FunctionalSimulator:
             raise ExecutionError(*problem, index=index)
         return insn, pops, pushes
 
-    def _dispatch(self, insn):
-        if isinstance(insn, Load):
-            self._load(insn)
-        elif isinstance(insn, Store):
-            self._store(insn)
-        elif isinstance(insn, Gemm):
-            self._gemm(insn)
-        elif isinstance(insn, Alu):
-            self._alu(insn)
-
     # -- LOAD / STORE --------------------------------------------------------
 
     def _check_sram(self, insn, buffer):
@@ -470,51 +466,56 @@ class FunctionalSimulator:
             self.dram.data[start:], shape=(insn.y_size, insn.x_size * elem),
             strides=(insn.x_stride * elem, 1), writeable=True)
 
-    def _load(self, insn):
+    def _load(self, insn, key):
         if insn.moves_nothing:
             return
-        plan = self._transfer_plans.get(insn)
+        plan = self._transfer_plans.get(key)
         if plan is None:
-            plan = self._new_transfer_plan(insn, self._load_plan)
-        mt, raw, dtype, shape, padding, rows, target = plan
-        self.stats.dram_bytes_read[mt.dram_elem] += raw.size
-        block = np.ascontiguousarray(raw).view(dtype).reshape(shape)
-        if padding is not None:     # zero padding around the data
-            padded_shape, inside = padding
-            padded = np.zeros(padded_shape, dtype=block.dtype)
-            padded[inside] = block
-            block = padded
+            plan = self._new_transfer_plan(insn, key, self._load_plan)
+        mt, data, padding, rows, target = plan
+        self.stats.dram_bytes_read[mt.dram_elem] += data.nbytes
         if target is None:          # micro-ops
+            block = np.zeros(padding[0], dtype=data.dtype) if padding else data
+            if padding:
+                block[padding[1]] = data
             words = block.reshape(rows.stop - rows.start, -1)[:, 0].astype(np.uint64)
             for k, f in enumerate(self._uop_fields):
                 self._uop[k, rows] = ((words >> np.uint64(f.offset)) & np.uint64((1 << f.width) - 1)).astype(np.int64)
             self._uop_key = hashlib.blake2b(self._uop.tobytes(), digest_size=16).digest()
+            return
+        self._wgt_version += target is self._wgt
+        # straight from DRAM into the SRAM rows (converted on the way), the padding zeroed around it
+        if padding:
+            entries = target[rows].reshape(padding[0])
+            entries[...] = 0
+            entries[padding[1]] = data
         else:
-            self._wgt_version += target is self._wgt
-            target[rows] = block.reshape((-1,) + target.shape[1:])
+            target[rows].reshape(data.shape)[...] = data
 
-    def _new_transfer_plan(self, insn, make):
-        """The cached plan ``make(insn)`` of a LOAD or STORE (range-checked once: a DRAM view and the SRAM
-        rows depend on the instruction alone, and a model runs the same instructions again and again)."""
+    def _new_transfer_plan(self, insn, key, make):
+        """The plan ``make(insn)`` of a LOAD or STORE, cached under its encoding ``key`` (range-checked once: a
+        DRAM view and the SRAM rows depend on the instruction alone, and a model runs the same instructions
+        again and again)."""
         if len(self._transfer_plans) >= 1 << 17:
             self._transfer_plans.clear()
-        plan = self._transfer_plans[insn] = make(insn)
+        plan = self._transfer_plans[key] = make(insn)
         return plan
 
     def _load_plan(self, insn):
-        """``(memory type, DRAM view, dtype, block shape, padding or None, SRAM rows, target buffer or None)``."""
+        """``(memory type, DRAM data (y_size, x_size, scalars per entry), padding or None, SRAM rows, target
+        buffer or None)``; padding is ``((sram_rows, sram_cols, scalars per entry), where the data lies)``."""
         mt, c = insn.memory_type, self.cfg
         buffer = mt.buffer
         self._check_sram(insn, buffer)
-        raw, dtype = self._dram_rows(insn, c.elem_bytes(mt.dram_elem)), self._dram_dtype(mt)
-        shape = (insn.y_size, insn.x_size, -1)
+        data = self._dram_rows(insn, c.elem_bytes(mt.dram_elem)).view(self._dram_dtype(mt))
+        data = data.reshape(insn.y_size, insn.x_size, -1)
         padding = None
         if insn.sram_extent != insn.y_size * insn.x_size:
-            padding = ((insn.sram_rows, insn.sram_cols, raw.shape[1] // insn.x_size // dtype.itemsize),
+            padding = ((insn.sram_rows, insn.sram_cols, data.shape[2]),
                        (slice(insn.y_pad0, insn.y_pad0 + insn.y_size), slice(insn.x_pad0, insn.x_pad0 + insn.x_size)))
         rows = slice(insn.sram_base, insn.sram_base + insn.sram_extent)
         target = None if mt == MemType.UOP else {"inp": self._inp, "wgt": self._wgt, "acc": self._acc}[buffer]
-        return mt, raw, dtype, shape, padding, rows, target
+        return mt, data, padding, rows, target
 
     def _dram_dtype(self, mt):
         """numpy dtype of one scalar of memory type ``mt`` in DRAM."""
@@ -525,7 +526,7 @@ class FunctionalSimulator:
                 MemType.ACC: c.acc_width, MemType.OUT: c.out_width}[mt]
         return _int_dtype(bits)
 
-    def _store(self, insn):
+    def _store(self, insn, key):
         if insn.set_bias:
             if insn.sram_base >= self.cfg.acc_depth:
                 raise ExecutionError(ErrorCode.SRAM_RANGE, f"STORE set_bias reads acc entry {insn.sram_base} "
@@ -537,9 +538,9 @@ class FunctionalSimulator:
             return
         if insn.moves_nothing:
             return
-        plan = self._transfer_plans.get(insn)
+        plan = self._transfer_plans.get(key)
         if plan is None:
-            plan = self._new_transfer_plan(insn, self._store_plan)
+            plan = self._new_transfer_plan(insn, key, self._store_plan)
         rows, span, (start, end) = plan
         if self._program and start < self._program[1] and end > self._program[0]:
             raise ExecutionError(ErrorCode.STORE_OVER_PROGRAM,
@@ -548,7 +549,7 @@ class FunctionalSimulator:
         data = requantize(self._acc[span], insn.mul, insn.shift, insn.relu, acc_width=self.cfg.acc_width,
                           out_width=self.cfg.out_width, bias=self._bias if insn.bias else 0, scale=self._scale) \
             if insn.requant else self._out[span]
-        data = data.astype(data.dtype.newbyteorder("<")).view(np.uint8).reshape(insn.y_size, -1)
+        data = data.astype(data.dtype.newbyteorder("<"), copy=False).view(np.uint8).reshape(insn.y_size, -1)
         if insn.x_stride >= insn.x_size:
             rows[...] = data
         else:   # overlapping rows: later rows win, as the hardware writes them in order
@@ -573,8 +574,9 @@ class FunctionalSimulator:
     # stores. A plan is built (and its range errors raised) before anything
     # is written.
 
-    def _plan(self, insn):
-        key = (self._uop_key, insn)
+    def _plan(self, insn, word):
+        """The cached plan of GEMM/ALU ``insn`` (encoded as ``word``) on the micro-ops loaded now."""
+        key = (self._uop_key, word)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._gemm_plan(insn) if isinstance(insn, Gemm) else self._alu_plan(insn)
@@ -617,9 +619,9 @@ class FunctionalSimulator:
         self._acc[rows] = values
         self._out[rows] = values
 
-    def _gemm(self, insn):
+    def _gemm(self, insn, key):
         if insn.uop_count <= GEMM_CHUNK:
-            self._run_gemm(self._plan(insn))
+            self._run_gemm(self._plan(insn, key))
         else:       # range-checked whole, then run a part of the loops at a time
             self._loop_indices(insn, {"dst": "acc"} if insn.reset else {"dst": "acc", "src": "inp", "wgt": "wgt"})
             for part in _parts(insn, GEMM_CHUNK):
@@ -629,22 +631,35 @@ class FunctionalSimulator:
     def _run_gemm(self, plan):
         if plan.reset:
             self._write_acc(plan.rows, 0)
-        elif plan.groups or plan.by_weight:
-            products = (self._products_by_weight(*plan.by_weight) if plan.by_weight
-                        else np.concatenate([self._products(g) for g in plan.groups], axis=1))
-            products = products.reshape((-1,) + self._acc.shape[1:]).astype(np.int64)
-            if plan.overwrite:      # every micro-op overwrites: the last one on a row wins
-                last = slice(None)
-                if not plan.distinct:
-                    last = np.zeros(len(plan.rows), dtype=np.int64)
-                    np.maximum.at(last, plan.inverse, np.arange(plan.inverse.size))
-                self._write_acc(plan.rows, products[last])
-            elif plan.distinct:
-                self._write_acc(plan.rows, self._acc[plan.rows] + products)
-            else:   # the same row accumulated several times in one instruction
-                total = self._acc[plan.rows].astype(np.int64)
-                np.add.at(total, plan.inverse, products)
-                self._write_acc(plan.rows, total)
+            return
+        if not (plan.groups or plan.by_weight):
+            return
+        if plan.by_weight:
+            products = self._products_by_weight(*plan.by_weight)
+        else:
+            parts = [self._products(g, plan.by_group) for g in plan.groups]
+            products = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0 if plan.by_group else 1)
+        # (the accumulators' own type when every sum fits it: a sum wraps there as acc_width does)
+        exact = self._acc.dtype if plan.fits_acc else np.int64
+        products = products.astype(exact, order="C").reshape((-1,) + self._acc.shape[1:])
+        if plan.overwrite:      # every micro-op overwrites: the last one on a row wins
+            last = slice(None)
+            if not plan.distinct:
+                last = np.zeros(len(plan.rows), dtype=np.int64)
+                np.maximum.at(last, plan.inverse, np.arange(plan.inverse.size))
+            self._write_acc(plan.rows, products[last])
+        elif plan.distinct and isinstance(plan.rows, slice) and plan.fits_acc:
+            # in place, added as unsigned integers: the same bits as the wrapped signed sum
+            acc = self._acc[plan.rows]
+            np.add(acc.view(_unsigned(acc.dtype)), products.view(_unsigned(acc.dtype)),
+                   out=acc.view(_unsigned(acc.dtype)))
+            self._out[plan.rows] = acc
+        elif plan.distinct:
+            self._write_acc(plan.rows, _take(self._acc, plan.rows).astype(np.int64) + products)
+        else:   # the same row accumulated several times in one instruction
+            total = _take(self._acc, plan.rows).astype(np.int64)
+            np.add.at(total, plan.inverse, products)
+            self._write_acc(plan.rows, total)
 
     def _gemm_plan(self, insn, part=None):
         """Rows and operand selections of one GEMM instruction.
@@ -666,13 +681,15 @@ class FunctionalSimulator:
         if overwrite and not _distinct(dst.all()):
             # a row written by several micro-ops keeps the last one's product: each micro-op's own product
             rows = dst.all()
-            return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), overwrite=True, **_scatter(rows))
+            return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), overwrite=True,
+                             fits_acc=self._sums_fit_acc(self.cfg.block_in), **_scatter(rows))
         # (with distinct rows every group below is one micro-op, so overwriting is writing its product)
         S, s_pos = src.distinct_offsets()
         W, w_pos = wgt.distinct_offsets()
         if S.size * W.size > 2 * dst.positions:
             rows = dst.all()
-            return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), overwrite=overwrite, **_scatter(rows))
+            return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), overwrite=overwrite,
+                             fits_acc=self._sums_fit_acc(self.cfg.block_in), **_scatter(rows))
         ud, us, uw = dst.uops, src.uops, wgt.uops
         if ud.min() == ud.max():            # the usual kernel: one reduction
             groups = [np.arange(ud.size)[None, :]]
@@ -681,6 +698,8 @@ class FunctionalSimulator:
             _, starts, sizes = np.unique(ud[order], return_index=True, return_counts=True)
             groups = [order[starts[sizes == k][:, None] + np.arange(k)] for k in np.unique(sizes)]
         plans, rows = [], []
+        # each loop position's own offsets (the usual case), so the products need no selection by position
+        identity = bool(W.size == 1 and S.size == dst.positions and (s_pos == np.arange(S.size)).all())
         for members in groups:                                                   # (G, k)
             # Groups that read the same inputs (a tile's output channel blocks) share them: one product by
             # their weights side by side, a matrix as wide as the tile's channels instead of one block's.
@@ -689,21 +708,40 @@ class FunctionalSimulator:
             wgt_index = uw[members][:, None, :] + W[None, :, None]               # (G, nW, k)
             # (the shape is part of the weights' key: (1, 2, 1) and (1, 1, 2) indices have the same bytes)
             plans.append(_ProductGroup(_rows(inp.ravel()), inp.shape, wgt_index,
-                                       (shared, wgt_index.shape, wgt_index.tobytes()), s_pos, w_pos, shared))
+                                       (shared, wgt_index.shape, wgt_index.tobytes()), s_pos, w_pos, shared,
+                                       identity))
             rows.append(dst.offsets()[:, None] + ud[members[:, 0]][None, :])     # (L, G)
-        return _GemmPlan(groups=plans, overwrite=overwrite, **_scatter(np.concatenate(rows, axis=1).ravel()))
+        by_position = np.concatenate(rows, axis=1)
+        # Products ordered group by group when that makes the destination one run of rows (a tile's channel
+        # blocks stored one after another), which is accumulated in place.
+        by_group = not isinstance(_rows(by_position.ravel()), slice) and isinstance(_rows(by_position.T.ravel()), slice)
+        return _GemmPlan(groups=plans, overwrite=overwrite, by_group=by_group,
+                         fits_acc=self._sums_fit_acc(max(g.inp_shape[2] for g in plans) * self.cfg.block_in),
+                         **_scatter((by_position.T if by_group else by_position).ravel()))
 
-    def _products(self, g):
-        """Sums of one product group, (L, G, batch, block_out) as floats."""
+    def _sums_fit_acc(self, terms):
+        """True if every sum of ``terms`` products lies in the accumulators' range (so it needs no wider type
+        on its way there)."""
+        c = self.cfg
+        return terms << (c.inp_width + c.wgt_width - 2) < 1 << (c.acc_width - 1)
+
+    def _products(self, g, by_group=False):
+        """Sums of one product group as floats: (L, G, batch, block_out), or (G, L, …) ``by_group``."""
         _, nS, k = g.inp_shape
         G, nW, _ = g.wgt_index.shape
         b = self.cfg.batch
-        A = self._inp[g.inp_rows].reshape(g.inp_shape + self._inp.shape[1:])    # (G or 1, nS, k, b, BI)
+        A = _take(self._inp, g.inp_rows).reshape(g.inp_shape + self._inp.shape[1:])    # (G or 1, nS, k, b, BI)
         A = A.transpose(0, 1, 3, 2, 4).reshape(len(A), nS * b, -1)
         P = _exact_matmul(A, self._weight_matrix(g))
         if g.shared:        # (1, nS·b, G·nW·BO): the groups side by side
-            return P.reshape(nS, b, G, nW, -1)[g.s_pos, :, :, g.w_pos, :].transpose(0, 2, 1, 3)
-        return P.reshape(G, nS, b, nW, -1)[:, g.s_pos, :, g.w_pos, :]
+            P = (P.reshape(nS, b, G, -1) if g.identity
+                 else P.reshape(nS, b, G, nW, -1)[g.s_pos, :, :, g.w_pos, :])                   # (L, b, G, BO)
+            return P.transpose((2, 0, 1, 3) if by_group else (0, 2, 1, 3))
+        if g.identity:
+            P = P.reshape(G, nS, b, -1)                                                          # (G, L, b, BO)
+            return P if by_group else P.transpose(1, 0, 2, 3)
+        P = P.reshape(G, nS, b, nW, -1)[:, g.s_pos, :, g.w_pos, :]                               # (L, G, b, BO)
+        return P.transpose(1, 0, 2, 3) if by_group else P
 
     def _weight_matrix(self, g):
         """Weights of group ``g`` arranged as (G, k·BI, nW·BO) matmul operands, or for groups sharing their
@@ -718,23 +756,26 @@ class FunctionalSimulator:
                 self._weight_cache.clear()
             G, nW, k = g.wgt_index.shape
             if g.shared:
-                B = self._wgt[g.wgt_index].transpose(2, 4, 0, 1, 3)             # (k, BI, G, nW, BO)
+                B = _take(self._wgt, g.wgt_index).transpose(2, 4, 0, 1, 3)             # (k, BI, G, nW, BO)
                 self._weight_cache[key] = B.reshape(1, k * self.cfg.block_in, -1)
             else:
-                B = self._wgt[g.wgt_index].transpose(0, 2, 4, 1, 3)             # (G, k, BI, nW, BO)
+                B = _take(self._wgt, g.wgt_index).transpose(0, 2, 4, 1, 3)             # (G, k, BI, nW, BO)
                 self._weight_cache[key] = B.reshape(G, k * self.cfg.block_in, -1)
         return self._weight_cache[key]
 
     def _products_by_weight(self, dst, src, wgt):
-        """Products of every micro-op, one matrix product per distinct weight."""
+        """Products of every micro-op: one matrix product per distinct weight, or when most micro-ops have
+        weights of their own (a dense layer's), one batched product of every micro-op's."""
         order = np.argsort(wgt, kind="stable")
         weights, starts = np.unique(wgt[order], return_index=True)
+        if 4 * weights.size > wgt.size:     # (the copies of weights are then at most 4 per distinct one)
+            return _exact_matmul(_take(self._inp, src), _take(self._wgt, wgt).transpose(0, 2, 1))
         out = np.empty((dst.size,) + self._acc.shape[1:])
         for w, sel in zip(weights, np.split(order, starts[1:])):
-            out[sel] = _exact_matmul(self._inp[src[sel]], self._wgt[w].T)
+            out[sel] = _exact_matmul(_take(self._inp, src[sel]), self._wgt[w].T)
         return out
 
-    def _alu(self, insn):
+    def _alu(self, insn, key):
         c = self.cfg
         imm = wrap(insn.imm, c.acc_width)
         small = insn.uop_count <= ALU_CHUNK
@@ -744,7 +785,7 @@ class FunctionalSimulator:
             if insn.use_imm and insn.alu_op in _REPEATABLE:
                 self._alu_repeated(insn, imm, part)
                 continue
-            for dst, src in self._plan(insn) if small else self._alu_plan(insn, part):
+            for dst, src in self._plan(insn, key) if small else self._alu_plan(insn, part):
                 b = imm if src is None else self._acc[src]
                 self._write_acc(dst, alu_op(insn.alu_op, self._acc[dst], b, c.acc_width))
         self.stats.alu_uops += insn.uop_count
@@ -802,6 +843,22 @@ def _parts(insn, chunk):
                 yield o, 1, i0, min(step, insn.iter_in - i0)
 
 
+class _Step(NamedTuple):
+    """One instruction as a run executed it (what a replay needs of it, worked out once)."""
+    index: int
+    insn: object
+    word: bytes               # its encoding: the key of its cached plans (a hash cached, unlike the instruction's)
+    stream: Stream
+    name: str                 # the stream's name in the run's counters
+    fetched: int              # instructions fetched when it ran
+    cost: int                 # operations of the run's budget (see _cost)
+    execute: str = None       # the method that executes it (none for FINISH)
+
+
+#: The method that executes each kind of instruction.
+_EXECUTES = {Load: "_load", Store: "_store", Gemm: "_gemm", Alu: "_alu"}
+
+
 @dataclass(frozen=True)
 class _ProductGroup:
     """Micro-op groups of equal size whose products form one batched matmul."""
@@ -812,6 +869,7 @@ class _ProductGroup:
     s_pos: np.ndarray         # loop position -> input offset index
     w_pos: np.ndarray         # loop position -> weight offset index
     shared: bool = False      # the groups differ in weights alone: one product with their weights side by side
+    identity: bool = False    # one weight offset, and loop position p reads input offset p (no selection)
 
 
 @dataclass(frozen=True)
@@ -823,6 +881,49 @@ class _GemmPlan:
     inverse: object = None    # product -> position in rows, when rows repeat
     groups: tuple = ()
     by_weight: tuple = None   # (dst, src, wgt) of every micro-op, for the fallback
+    by_group: bool = False    # groups' products ordered (G, L) rather than (L, G) (see _gemm_plan)
+    fits_acc: bool = False    # every sum lies in the accumulators' range
+
+
+class _OneBlasThread:
+    """While any simulator runs, numpy's BLAS runs on one thread: fsim's products are tile-sized, and a second
+    BLAS thread, spinning between them, slows the copies that follow each product several times over (on the
+    2-core machines this project is measured on, ResNet-18's input gathers took 88 ms an image with two
+    threads, 11 ms with one). The first simulator of the process to start a run sets the limit and the last
+    to finish restores what was there. (OpenBLAS may not take the limit from a thread other than the main
+    one once the main thread has set one; results never depend on it.)"""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._runs = 0
+        self._controller = self._limit = None
+
+    def __enter__(self):
+        with self._lock:
+            if not self._runs:
+                self._controller = self._controller or ThreadpoolController()
+                self._limit = self._controller.limit(limits=1, user_api="blas")
+            self._runs += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._runs -= 1
+            if not self._runs:
+                self._limit.restore_original_limits()
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
+
+
+def _take(array, rows):
+    """``array[rows]`` for a slice or an index array of rows (``np.take`` gathers whole rows several times
+    as fast as indexing)."""
+    return array[rows] if isinstance(rows, slice) else np.take(array, rows, axis=0)
+
+
+def _unsigned(dtype):
+    """The unsigned integer type of ``dtype``'s size (whose sums wrap, by definition)."""
+    return np.dtype(f"<u{dtype.itemsize}")
 
 
 def _scatter(dst):

@@ -89,9 +89,29 @@ def requantize(acc, mul, shift, relu, *, acc_width, out_width, bias=0, scale=Non
     ``per_channel_store``) and ``mul = 0``, it is ``clip((acc · scale + bias) >>
     shift)`` instead: the per-channel epilogue, product and sum wrapped.
     """
-    acc, bias = np.asarray(acc, dtype=np.int64), np.asarray(bias, dtype=np.int64)
-    if scale is not None and mul == 0:
-        total = wrap(wrap(acc * np.asarray(scale, dtype=np.int64), acc_width) + bias, acc_width)
+    per_channel = scale is not None and mul == 0
+    if acc_width in (8, 16, 32) and 0 <= shift < acc_width:
+        # The same sums in acc_width-bit unsigned integers, whose arithmetic wraps as the definition's does,
+        # in a few passes over narrow arrays.
+        signed = np.dtype(f"int{acc_width}")
+
+        def unsigned(v):        # v's low acc_width bits
+            v = np.asarray(v)
+            return (v if v.dtype == signed else v.astype(np.int64).astype(signed)).view(f"uint{acc_width}")
+
+        if per_channel:
+            total = unsigned(acc) * unsigned(scale)
+            total += unsigned(bias)
+        else:
+            total = unsigned(acc) + unsigned(bias)
+            total *= unsigned(mul)
+        total = total.view(signed)
+        total >>= shift
     else:
-        total = wrap(wrap(acc + bias, acc_width) * mul, acc_width)
-    return np.clip(total >> shift, *out_range(out_width, relu)).astype(f"int{out_width}")
+        acc, bias = np.asarray(acc, dtype=np.int64), np.asarray(bias, dtype=np.int64)
+        if per_channel:
+            total = wrap(wrap(acc * np.asarray(scale, dtype=np.int64), acc_width) + bias, acc_width)
+        else:
+            total = wrap(wrap(acc + bias, acc_width) * mul, acc_width)
+        total = total >> shift
+    return np.clip(total, *out_range(out_width, relu)).astype(f"int{out_width}")

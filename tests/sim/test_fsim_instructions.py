@@ -340,6 +340,30 @@ def test_output_blocks_reading_the_same_inputs_share_one_product(cfg, rng, chunk
     assert [g.shared for g in bench.sim._gemm_plan(program[-2]).groups] == [True]
 
 
+@pytest.mark.parametrize("cfg", CONFIGS, ids=cfg_id)
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "own_inputs"])
+def test_channel_blocks_stored_one_after_another_accumulate_in_place(cfg, shared, rng, chunks):
+    """A tile's output channel blocks whose rows follow one another (block g's six positions at rows 6g…6g+5,
+    as the compiler lays a tile out) are accumulated in place, block by block, with products of the
+    accumulators' own width where every sum fits it; the sums wrap as the reference's do, from accumulators
+    near both limits."""
+    bench = Bench(cfg)
+    # three blocks of two micro-ops each, reading inputs 0-1 (or 0-1, 2-3, 4-5) against their own weights
+    uops = bench.put("uop", [Uop(6 * g, i + (0 if shared else 2 * g), 2 * g + i) for g in range(3) for i in range(2)])
+    lo, hi = value_range(cfg.acc_width)
+    accs = bench.random_values(rng, "acc", 18)
+    accs[::4], accs[1::4] = hi, lo
+    gemm = Gemm(uop_bgn=0, uop_end=6, iter_out=2, iter_in=3, dst_factor_out=3, dst_factor_in=1,
+                src_factor_out=9, src_factor_in=3)
+    program = [*_gemm_setup(bench, rng)[:2],
+               load("acc", sram_base=0, dram_base=bench.put("acc", accs), y_size=1, x_size=18),
+               load("uop", sram_base=0, dram_base=uops, y_size=1, x_size=6), gemm, gemm]
+    bench.run(program)
+    plan = bench.sim._gemm_plan(gemm)
+    assert plan.by_group and plan.rows == slice(0, 18) and [g.shared for g in plan.groups] == [shared]
+    assert plan.fits_acc == (cfg.acc_width == 32 and cfg.inp_width == 8)
+
+
 def test_plans_follow_the_micro_ops_and_the_data(rng):
     """fsim keeps each instruction's plan (GEMM/ALU rows by the micro-op buffer's contents, LOAD/STORE views
     of DRAM): the same instructions over other micro-ops, loaded to the same place, and a second run of the
@@ -797,3 +821,29 @@ def test_fsim_refuses_a_program_that_is_not_whole_instructions():
     for data in (b"\x00", isa.encode_program([Finish()], sim.cfg) + b"\x07"):
         with pytest.raises(isa.IsaError, match="not a multiple of 16"):
             sim.run(data)
+
+
+def test_blas_runs_on_one_thread_while_simulators_run(rng, monkeypatch):
+    """fsim's matrix products run on one BLAS thread (the fastest for its tile-sized products), and BLAS has
+    the threads it had before once the last of the runs overlapping (in several threads) has finished."""
+    from threadpoolctl import ThreadpoolController
+
+    def blas_threads():
+        return {lib["num_threads"] for lib in ThreadpoolController().select(user_api="blas").info()}
+
+    bench = Bench(TINY)
+    uops = bench.put("uop", GEMM_UOPS)
+    program = [*_gemm_setup(bench, rng), load("uop", sram_base=0, dram_base=uops, y_size=1, x_size=5),
+               Gemm(uop_bgn=0, uop_end=5, **GEMM_LOOPS)]
+    seen, matmul = [], fsim._exact_matmul
+    monkeypatch.setattr(fsim, "_exact_matmul", lambda a, b: seen.append(blas_threads()) or matmul(a, b))
+    with ThreadpoolController().limit(limits=2, user_api="blas"):
+        bench.run(program)
+        assert seen and all(threads == {1} for threads in seen)
+        assert blas_threads() == {2}
+        # two runs overlapping: the first to finish leaves the limit to the other
+        with fsim._ONE_BLAS_THREAD:
+            with fsim._ONE_BLAS_THREAD:
+                assert blas_threads() == {1}
+            assert blas_threads() == {1}
+        assert blas_threads() == {2}
