@@ -151,6 +151,36 @@ def cmd_fuzz(args):
     print(f"PASS: {args.n} programs, fsim and RTL agree on DRAM, error codes and counters")
 
 
+MEMORY_HELP = ("with --backend rtl: DRAM answers as BOARD's SDRAM would at MHZ (default: the board's clock), "
+               "not a bus beat every cycle")
+
+
+def _number(text, what):
+    try:
+        return float(text)
+    except ValueError:
+        raise CliError(f"{what} must be a number, not {text!r}") from None
+
+
+def _memory(args):
+    """The DRAM timing ``--memory BOARD[@MHZ]`` names (a board's SDRAM at its clock or at MHZ), or None."""
+    if not args.memory:
+        return None
+    if args.backend != "rtl":
+        raise CliError("--memory (a board's DRAM timing) is for --backend rtl")
+    from tilewright.fpga.boards import BoardError, get_board
+    name, _, mhz = args.memory.partition("@")
+    try:
+        board = get_board(name)
+        freq = _number(mhz, "the clock (MHz)") if mhz else board.freq_mhz
+        timing = board.dram_timing(freq)
+    except BoardError as e:
+        raise CliError(f"--memory {args.memory}: {e}") from None
+    print(f"DRAM: {board.name}'s {board.sdram.part} at {freq:g} MHz: read latency {timing.latency} cycles, "
+          f"{timing.bytes_per_cycle:.2f} bytes a cycle", flush=True)
+    return timing
+
+
 def cmd_bench(args):
     from tilewright.compiler.tune import TuningLogError
     from tilewright.runtime.bench import RESNET18, bench_resnet18
@@ -169,9 +199,11 @@ def cmd_bench(args):
         if path:
             _not_over_inputs(path, args.tuning_log)
     print(f"ResNet-18 conv layers on {args.backend} ({cfg.name}, {cfg.tag})", flush=True)
+    memory = _memory(args)
     try:
         bench_resnet18(args.backend, cfg, layers=layers, json_path=args.json, plot_path=args.plot,
-                       roofline_path=args.roofline, trace_path=args.trace, tuning_log=args.tuning_log, progress=lambda line: print(line, flush=True))
+                       roofline_path=args.roofline, trace_path=args.trace, tuning_log=args.tuning_log,
+                       memory=memory, progress=lambda line: print(line, flush=True))
     except (DeviceError, RtlError, RuntimeError, TuningLogError) as e:
         raise CliError(str(e)) from None
     for path in (args.json, args.plot, args.roofline, args.trace):
@@ -285,10 +317,11 @@ def cmd_run(args):
             raise CliError("--workers is for --backend rtl (several RTL simulations at once)")
         workers = (args.workers or default_workers()) if args.backend == "rtl" else 1
         workers = model.side_by_side(workers)
+        memory = _memory(args)
         side_by_side = f", {workers} layers at once" if workers > 1 else ""
         print(f"running {args.model} on {args.backend} (config {model.config.name}{side_by_side})", flush=True)
         outputs, rows = model.run(inputs, backend=args.backend, port=args.port, profile=True, progress=True,
-                                  workers=workers)
+                                  workers=workers, memory=memory)
     except _model_errors() as e:
         raise CliError(str(e)) from None
     if path:
@@ -440,6 +473,7 @@ def _parser():
     sp.add_argument("--roofline", help="write a PNG roofline chart (MACs/cycle against MACs per DRAM byte)")
     sp.add_argument("--trace", help="write a Chrome/Perfetto trace of every instruction (rtl)")
     sp.add_argument("--tuning-log", metavar="FILE", help="run each layer's fastest schedule in this tuning log")
+    sp.add_argument("--memory", metavar="BOARD[@MHZ]", help=MEMORY_HELP)
     sp.set_defaults(func=cmd_bench)
 
     sp = with_config(sub.add_parser("compile", help="quantize and compile an ONNX model into a .twm file"),
@@ -468,6 +502,7 @@ def _parser():
     sp.add_argument("--profile", action="store_true", help="print where each node ran, its time and cycles")
     sp.add_argument("--workers", type=_positive_int, help="with --backend rtl: RTL simulations at once, each layer "
                                                           "from fsim's input for it (default: one per core, at most 4)")
+    sp.add_argument("--memory", metavar="BOARD[@MHZ]", help=MEMORY_HELP)
     sp.set_defaults(func=cmd_run)
 
     from .tune import add_parser as add_tune_parser

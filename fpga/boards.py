@@ -9,6 +9,7 @@ another frequency is asked for, with reset held until the PLL locks.
 """
 
 import importlib
+import math
 from dataclasses import dataclass, field
 
 from amaranth import ClockSignal, Const, Instance, Module, ResetSignal, Signal
@@ -16,7 +17,7 @@ from amaranth.lib import io
 
 from . import protocol
 
-__all__ = ["Board", "BOARDS", "get_board", "BoardError", "ecp5_pll", "ice40_pll"]
+__all__ = ["Board", "BOARDS", "get_board", "BoardError", "Sdram", "ecp5_pll", "ice40_pll"]
 
 
 class BoardError(ValueError):
@@ -91,6 +92,47 @@ def _held_reset(m, locked):
 
 
 @dataclass(frozen=True)
+class Sdram:
+    """A board's SDR SDRAM, as a controller clocked with the accelerator would serve it (datasheet figures).
+
+    The model behind :meth:`dram_timing`: the data bus moves ``data_bits`` a
+    cycle, less the share of time refresh takes (``refresh_count`` rows every
+    ``refresh_ms``, each ``t_rc_ns``); a read's first word comes after the
+    controller's own pipeline, a row activation (``t_rcd_ns``) and the CAS
+    latency (``cas_slow`` cycles up to ``cas_slow_mhz``, else ``cas_fast``).
+    Bank interleaving is assumed to hide the row changes of a stream of
+    bursts (a simple controller that closes a row after each burst moves less).
+    """
+    part: str
+    data_bits: int
+    max_mhz: float
+    t_rcd_ns: float
+    t_rc_ns: float
+    cas_slow: int
+    cas_slow_mhz: float
+    cas_fast: int
+    refresh_count: int = 8192
+    refresh_ms: float = 64
+    controller_cycles: int = 4       # command queue, AXI bridge and the read data's registers
+
+    def dram_timing(self, freq_mhz):
+        """The harness's :class:`~tilewright.sim.fast.DramTiming` at an accelerator (and SDRAM) clock of
+        ``freq_mhz``."""
+        from tilewright.sim.fast import DramTiming
+        if not 0 < freq_mhz <= self.max_mhz:
+            raise BoardError(f"the {self.part} SDRAM runs at up to {self.max_mhz:g} MHz, not {freq_mhz:g}")
+        cas = self.cas_slow if freq_mhz <= self.cas_slow_mhz else self.cas_fast
+        latency = self.controller_cycles + math.ceil(self.t_rcd_ns * freq_mhz / 1000) + cas
+        refresh_share = self.refresh_count * self.t_rc_ns * 1e-6 / self.refresh_ms
+        return DramTiming(latency=latency, bytes_per_cycle=self.data_bits / 8 * (1 - refresh_share))
+
+
+#: The ULX3S's SDRAM (32 MB, 16 bits; ISSI IS42S16160G-7, speed grade -7).
+ULX3S_SDRAM = Sdram("IS42S16160G-7", data_bits=16, max_mhz=143, t_rcd_ns=15, t_rc_ns=60, cas_slow=2,
+                    cas_slow_mhz=100, cas_fast=3)
+
+
+@dataclass(frozen=True)
 class Board:
     """One board.
 
@@ -109,6 +151,17 @@ class Board:
     baud: int
     resources: dict = field(default_factory=dict)
     mem_ram_style: str = None    # Yosys ram_style of the on-chip memory ("huge": iCE40 SPRAM)
+    sdram: Sdram = None          # the board's own DRAM, if it has one (the bitstreams use on-chip memory)
+
+    def dram_timing(self, freq_mhz=None):
+        """How the board's SDRAM would answer the accelerator at ``freq_mhz`` (by default the board's
+        clock), as the RTL harness's :class:`~tilewright.sim.fast.DramTiming`: what the co-design search
+        measures cycles with, so that a memory-bound config is not flattered by the harness's default
+        DRAM (a bus beat every cycle)."""
+        if self.sdram is None:
+            raise BoardError(f"{self.name} has no SDRAM model: its programs run from on-chip memory "
+                             f"({self.mem_bytes // 1024} KB)")
+        return self.sdram.dram_timing(self.freq_mhz if freq_mhz is None else freq_mhz)
 
     @property
     def memory_options(self):
@@ -187,10 +240,10 @@ BOARDS = {b.name: b for b in [
           # (50 MHz from the PLL, met at seeds 1-3; asked for 100 MHz, slim's Fmax straddles it from seed to
           # seed, so `make fpga` builds that with a seed sweep: docs/fpga.md)
           config="slim", freq_mhz=50, mem_bytes=128 * 1024, baud=protocol.DEFAULT_BAUD,
-          resources={"LUT": 83640, "FF": 83640, "DSP": 156, "BRAM": 208}),
+          resources={"LUT": 83640, "FF": 83640, "DSP": 156, "BRAM": 208}, sdram=ULX3S_SDRAM),
     Board("ulx3s-45f", "ULX3S (LFE5U-45F, CABGA381, speed 6)", "ecp5", "amaranth_boards.ulx3s:ULX3S_45F_Platform",
           config="compact", freq_mhz=25, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,
-          resources={"LUT": 43848, "FF": 43848, "DSP": 72, "BRAM": 108}),
+          resources={"LUT": 43848, "FF": 43848, "DSP": 72, "BRAM": 108}, sdram=ULX3S_SDRAM),
     Board("icebreaker", "iCEBreaker (iCE40UP5K, SG48)", "ice40", "amaranth_boards.icebreaker:ICEBreakerPlatform",
           config="tiny_serial", freq_mhz=24, mem_bytes=64 * 1024, baud=protocol.DEFAULT_BAUD,
           resources={"LUT": 5280, "FF": 5280, "DSP": 8, "BRAM": 30, "SPRAM": 4}, mem_ram_style="huge"),

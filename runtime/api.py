@@ -147,7 +147,8 @@ def residual_rescale(residual_mul, residual_shift, channels, config):
 
 
 def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu=False, residual=None,
-           residual_mul=1, residual_shift=0, scale=None, groups=1, config="default", backend="fsim", port=None):
+           residual_mul=1, residual_shift=0, scale=None, groups=1, config="default", backend="fsim", port=None,
+           memory=None):
     """int8 NCHW ``data`` ⊛ int8 OIHW ``weight`` (+ int32 ``bias``) with the requantizing epilogue.
 
     ``groups``: a grouped convolution with as many output channels as input ones, each group of
@@ -157,7 +158,8 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
     ``residual`` (int8, the output's shape) is added as ``(residual · residual_mul) << residual_shift``;
     ``scale`` (int32, one per output channel) multiplies the accumulator before bias and residual.
 
-    ``backend`` is ``"fsim"``, ``"rtl"`` or ``"fpga"`` (with ``port``, a board's serial port).
+    ``backend`` is ``"fsim"``, ``"rtl"`` or ``"fpga"`` (with ``port``, a board's serial port); on
+    ``rtl``, ``memory`` is how DRAM answers (a :class:`~tilewright.sim.fast.DramTiming`).
     Returns ``(output, stats)``: int8 ``N×O×OH×OW`` and the backend's counters.
     """
     cfg = load_config(config)
@@ -205,15 +207,16 @@ def conv2d(data, weight, bias=None, *, stride=1, padding=0, mul=1, shift=0, relu
         tensors["residual"] = pack_nchw(residual, cfg.batch, cfg.block_out)
         tensors |= rescale_tensors
     program = compile_conv2d(spec, cfg)
-    outputs, stats = get_device(backend, cfg, port=port).run_program(program, tensors)
+    outputs, stats = get_device(backend, cfg, port=port, memory=memory).run_program(program, tensors)
     return unpack_nchw(outputs["out"], N, O), stats
 
 
 def dense(data, weight, bias=None, *, mul=1, shift=0, relu=False, scale=None, config="default", backend="fsim",
-          port=None):
+          port=None, memory=None):
     """int8 ``data`` (N×K) · int8 ``weight`` (M×K)ᵀ (+ int32 ``bias``) with the requantizing epilogue.
 
-    ``scale`` (int32, one per output) multiplies the accumulator before the bias.
+    ``scale`` (int32, one per output) multiplies the accumulator before the bias. ``backend``, ``port``
+    and ``memory`` as for :func:`conv2d`.
     """
     cfg = load_config(config)
     data = _int_array(data, "data", "int8", 2)
@@ -230,5 +233,5 @@ def dense(data, weight, bias=None, *, mul=1, shift=0, relu=False, scale=None, co
                "weight": pack_rows(weight, cfg.block_out, cfg.block_in)}
     tensors |= _channel_vectors(cfg, M, "outputs", bias=bias, scale=scale)
     program = compile_dense(spec, cfg)
-    outputs, stats = get_device(backend, cfg, port=port).run_program(program, tensors)
+    outputs, stats = get_device(backend, cfg, port=port, memory=memory).run_program(program, tensors)
     return unpack_rows(outputs["out"], N, M), stats

@@ -78,11 +78,12 @@ def _run(device, program, tensors, trace_file=None):
 
 
 def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=None, plot_path=None,
-                   roofline_path=None, trace_path=None, tuning_log=None, progress=print):
+                   roofline_path=None, trace_path=None, tuning_log=None, memory=None, progress=print):
     """Run the benchmark; returns the JSON-ready result dict. With ``tuning_log`` (a path) each layer runs
     the fastest schedule that log holds for it (the heuristic's where it has none), and the heuristic's
     schedule too (``default`` in its record). ``plot_path``: a bar chart of cycles per layer;
-    ``roofline_path``: the layers on the config's roofline."""
+    ``roofline_path``: the layers on the config's roofline. ``memory``: the RTL's DRAM timing (a
+    :class:`~tilewright.sim.fast.DramTiming`), if not the harness's default."""
     for path in (json_path, plot_path, roofline_path, trace_path):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -94,7 +95,8 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
     if tuning_log:
         from tilewright.compiler.tune import TuningLog
         tuned = TuningLog(tuning_log)
-    device = get_device(backend, cfg)
+    device = get_device(backend, cfg, memory=memory)
+    bandwidth = dram_bandwidth(cfg, memory)
     check = get_device("fsim", cfg) if backend != "fsim" else None
     macs_per_cycle = cfg.macs_per_cycle
     records, trace_events = [], []
@@ -129,7 +131,7 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
         macs = spec.macs
         dram = stats["dram_bytes_read"] + stats["dram_bytes_written"]
         ideal = macs / macs_per_cycle
-        bound = max(ideal, dram / cfg.bus_bytes)
+        bound = max(ideal, dram / bandwidth)
         cycles = stats.get("cycles")
         record = {"layer": name, "shape": f"{hw} {cin}->{cout} {kernel}x{kernel} s{stride}", "macs": macs,
                   "cycles": cycles, "gemm_utilization": macs / (cycles * macs_per_cycle) if cycles else None,
@@ -167,7 +169,7 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
     if plot_path and records and records[0]["cycles"]:
         _plot(records, plot_path, cfg)
     if roofline_path and records and records[0]["cycles"]:
-        roofline_plot(records, roofline_path, cfg)
+        roofline_plot(records, roofline_path, cfg, bandwidth)
     if trace_path and trace_events:
         files.write_text(trace_path, json.dumps({"traceEvents": trace_events, "displayTimeUnit": "ns",
                                                 "otherData": {"time_unit": "cycle"}}))
@@ -195,16 +197,23 @@ def _plot(records, path, cfg):
         fig.savefig(f, dpi=120, format=Path(path).suffix.lstrip(".") or "png")
 
 
-def roofline_plot(records, path, cfg):
+def dram_bandwidth(cfg, memory=None):
+    """DRAM bytes a cycle the roofline's slope takes: the bus's, or the ``memory`` timing's if that is less."""
+    if memory is None or memory.bytes_per_cycle is None:
+        return cfg.bus_bytes
+    return min(cfg.bus_bytes, memory.bytes_per_cycle)
+
+
+def roofline_plot(records, path, cfg, bandwidth=None):
     """The layers on ``cfg``'s roofline, log–log: operational intensity (MACs per DRAM byte) across, MACs
-    per cycle up; the compute roof (``macs_per_cycle``) and the bandwidth slope (bus bytes a cycle × MACs
-    per byte) meet at the ridge. One point per layer as run (tuned, when a tuning log chose it), and its
+    per cycle up; the compute roof (``macs_per_cycle``) and the bandwidth slope (``bandwidth``, by default
+    the bus's bytes a cycle, × MACs per byte) meet at the ridge. One point per layer as run (tuned, when a tuning log chose it), and its
     heuristic schedule's where that differs. Returns what it drew: ``{"roof": [(x, y), ...], "points":
     {layer: (x, y)}, "heuristic": {layer: (x, y)}}``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    peak, bus = cfg.macs_per_cycle, cfg.bus_bytes
+    peak, bus = cfg.macs_per_cycle, bandwidth or cfg.bus_bytes
 
     def point(macs, cycles, dram):
         return macs / dram, macs / cycles
@@ -217,7 +226,7 @@ def roofline_plot(records, path, cfg):
     lo, hi = min(xs + [peak / bus]) / 2, max(xs + [peak / bus]) * 2
     ridge = peak / bus
     ax.plot([lo, ridge, hi], [lo * bus, peak, peak], color="black", linewidth=1.5,
-            label=f"roofline: {peak} MACs/cycle, {bus} bytes/cycle")
+            label=f"roofline: {peak} MACs/cycle, {bus:g} bytes/cycle")
     tuned = any(r["schedule"] == "tuned" for r in records)
     ax.scatter([x for x, _ in runs], [y for _, y in runs], color="tab:blue", zorder=3,
                label="tuned (or heuristic where untuned)" if tuned else "heuristic schedule")

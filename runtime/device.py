@@ -83,17 +83,19 @@ class RtlDevice(Device):
     """The cycle-accurate RTL in Verilator, through the C++ harness (:mod:`tilewright.sim.fast`).
 
     Stats add ``cycles`` and every hardware counter. Builds are cached per
-    config and design.
+    config and design. ``memory`` is how its DRAM answers (a
+    :class:`~tilewright.sim.fast.DramTiming`; by default a fixed latency and
+    a bus beat every cycle).
     """
 
     backend = "rtl"
 
-    def __init__(self, config="default", *, dram_bytes=256 << 20, latency=None, trace=None):
+    def __init__(self, config="default", *, dram_bytes=256 << 20, memory=None, trace=None):
         super().__init__(config)
         from tilewright.sim import Dram
-        from tilewright.sim.fast import DRAM_LATENCY, FastSim
-        latency = DRAM_LATENCY if latency is None else latency
-        self.harness = FastSim(self.cfg, dram_bytes=dram_bytes, latency=latency)
+        from tilewright.sim.fast import DramTiming, FastSim
+        self.memory = memory or DramTiming()
+        self.harness = FastSim(self.cfg, dram_bytes=dram_bytes, timing=self.memory)
         self.dram = Dram(dram_bytes)          # the allocator; contents live in the harness
         self.trace = trace                    # path for the next run's instruction timeline
 
@@ -181,34 +183,36 @@ def forget_device(backend, config, *, port=None):
         del _DEVICES[key]
 
 
-def get_device(backend="fsim", config="default", *, port=None):
+def get_device(backend="fsim", config="default", *, port=None, memory=None):
     """A shared device of ``backend`` ("fsim", "rtl" or "fpga") for ``config``.
 
     The ``fpga`` backend talks to a board (or the simulated board of
-    ``tilewright fpga simulate``) on serial ``port``.
+    ``tilewright fpga simulate``) on serial ``port``. The ``rtl`` backend's
+    DRAM answers as ``memory`` (a :class:`~tilewright.sim.fast.DramTiming`,
+    a board's from :meth:`~tilewright.fpga.boards.Board.dram_timing`) if given.
     """
+    return get_devices(backend, config, 1, port=port, memory=memory)[0]
+
+
+def get_devices(backend, config, count, *, port=None, memory=None):
+    """``count`` shared devices of ``backend`` for ``config`` that can run at the same time, from threads: each
+    RTL device is a harness process of its own (the fpga backend is one board: one device). The first is
+    :func:`get_device`'s."""
     cfg = load_config(config)
     if backend not in BACKENDS:
         raise DeviceError(f"unknown backend {backend!r} (available: {', '.join(BACKENDS)})")
     if (backend == "fpga") != (port is not None):
         raise DeviceError("the fpga backend needs port= (a board's serial port or a simulated board's terminal)"
                           if port is None else f"port= is for the fpga backend, not {backend}")
-    key = (backend, cfg.fingerprint, port)
-    if key not in _DEVICES:
-        _DEVICES[key] = BACKENDS[backend](cfg, **({"port": port} if port else {}))
-    return _DEVICES[key]
-
-
-def get_devices(backend, config, count):
-    """``count`` shared devices of ``backend`` ("fsim" or "rtl") for ``config`` that can run at the same time, from
-    threads: each RTL device is a harness process of its own. The first is :func:`get_device`'s."""
-    if backend == "fpga":
+    if memory is not None and backend != "rtl":
+        raise DeviceError(f"memory= (a DRAM timing) is for the rtl backend, not {backend}")
+    if backend == "fpga" and count > 1:
         raise DeviceError("the fpga backend is one board: it runs one program at a time")
-    devices = [get_device(backend, config)]
-    cfg = devices[0].cfg
-    for k in range(1, count):
-        key = (backend, cfg.fingerprint, None, k)
+    options = {"port": port} if port else {"memory": memory} if memory else {}
+    devices = []
+    for k in range(count):
+        key = (backend, cfg.fingerprint, port, memory, k)
         if key not in _DEVICES:
-            _DEVICES[key] = BACKENDS[backend](cfg)
+            _DEVICES[key] = BACKENDS[backend](cfg, **options)
         devices.append(_DEVICES[key])
     return devices

@@ -136,10 +136,12 @@ class CompiledModel:
             raise ModelError(f"the model has no input(s) {', '.join(sorted(unknown))}")
         return feeds, (count if self.dynamic_batch else self.batch)
 
-    def run(self, inputs, *, backend="fsim", port=None, profile=False, progress=False, workers=1):
+    def run(self, inputs, *, backend="fsim", port=None, profile=False, progress=False, workers=1, memory=None):
         """Outputs by name (and, with ``profile``, per-node rows) for ``inputs``: an array, or a dict by name.
 
-        ``backend`` is ``"fsim"``, ``"rtl"`` or ``"fpga"`` (with ``port``, a board's serial port).
+        ``backend`` is ``"fsim"``, ``"rtl"`` or ``"fpga"`` (with ``port``, a board's serial port). On
+        ``rtl``, ``memory`` is how DRAM answers (a :class:`~tilewright.sim.fast.DramTiming`: a board's,
+        say, from :meth:`~tilewright.fpga.boards.Board.dram_timing`).
 
         ``workers`` > 1 (``rtl`` only) runs up to that many RTL simulations at once (one harness process
         each, shared by the layers): fsim runs the network layer by layer, and as it reaches each
@@ -160,10 +162,10 @@ class CompiledModel:
             raise ModelError(f"workers={workers!r}: must be a positive integer")
         if workers > 1 and backend != "rtl":
             raise ModelError(f"workers={workers}: several layers at once is for the rtl backend, not {backend}")
-        device = get_device(backend, self.config, port=port)        # (checks backend and port)
+        device = get_device(backend, self.config, port=port, memory=memory)    # (checks backend, port, memory)
         workers = self.side_by_side(workers)
         if workers > 1:
-            device = get_devices(backend, self.config, workers)
+            device = get_devices(backend, self.config, workers, memory=memory)
         run_chunk = self._run_chunk_side_by_side if workers > 1 else self._run_chunk
         rows = {s.name: dict(node=s.name, op=s.node.op, where=s.where, seconds=0.0, cycles=None, macs=s.macs)
                 for s in self.steps}

@@ -12,17 +12,42 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from .rtl import (BUILD_ARGS, RtlError, RunResult, _verilator_env, cache_dir, locked, through_index,
                   verilog_source)
 
-__all__ = ["build_harness", "build_executable", "harness_header", "FastSim", "HARNESS", "DRAM_LATENCY"]
+__all__ = ["build_harness", "build_executable", "harness_header", "FastSim", "HARNESS", "DRAM_LATENCY", "DramTiming"]
 
 HARNESS = Path(__file__).with_name("harness.cpp")
 
 #: The harness's DRAM read latency in cycles unless told otherwise (the rtl backend's, the tuner's).
 DRAM_LATENCY = 16
+
+
+@dataclass(frozen=True)
+class DramTiming:
+    """How the harness's DRAM answers, in accelerator cycles.
+
+    ``latency``: from a read address accepted to its first data beat.
+    ``bytes_per_cycle``: what the memory moves, reads and writes together;
+    None (the default) is a bus beat every cycle each way, as much as the
+    accelerator asks for. A board's memory (its width and clock against the
+    accelerator's) is :meth:`tilewright.fpga.boards.Board.dram_timing`.
+    """
+    latency: int = DRAM_LATENCY
+    bytes_per_cycle: float = None
+
+    def __post_init__(self):
+        if not (isinstance(self.latency, int) and self.latency >= 0):
+            raise ValueError(f"DRAM latency must be a whole number of cycles ≥ 0, not {self.latency!r}")
+        if self.bytes_per_cycle is not None and not self.bytes_per_cycle > 0:
+            raise ValueError(f"DRAM bytes per cycle must be more than 0, not {self.bytes_per_cycle!r}")
+
+    def beat_ticks(self, bus_bytes):
+        """Memory time of one ``bus_bytes`` beat in 1/1024 cycles (the harness's ``beat`` command; 0: none)."""
+        return 0 if self.bytes_per_cycle is None else max(1, round(1024 * bus_bytes / self.bytes_per_cycle))
 
 
 def harness_header(cfg):
@@ -98,17 +123,19 @@ def build_executable(prefix, verilog, harness, headers, *, what):
 
 
 class FastSim:
-    """One harness process: DRAM of ``dram_bytes``, SRAMs persisting across runs."""
+    """One harness process: DRAM of ``dram_bytes`` answering as ``timing`` (a :class:`DramTiming`), SRAMs
+    persisting across runs."""
 
-    def __init__(self, cfg, *, dram_bytes, latency=DRAM_LATENCY):
+    def __init__(self, cfg, *, dram_bytes, timing=DramTiming()):
         from tilewright.hw.regs import COUNTERS
-        self.cfg, self.dram_bytes = cfg, dram_bytes
+        self.cfg, self.dram_bytes, self.timing = cfg, dram_bytes, timing
         self.counter_names = [name for name, _ in COUNTERS]
         exe = build_harness(cfg)
         self.proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.tmp = tempfile.TemporaryDirectory(prefix="tw-fast-")
         self._call(f"mem {dram_bytes}")
-        self._call(f"latency {latency}")
+        self._call(f"latency {timing.latency}")
+        self._call(f"beat {timing.beat_ticks(cfg.bus_bytes)}")
 
     def _call(self, line):
         if self.proc.poll() is not None:

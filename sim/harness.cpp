@@ -2,11 +2,15 @@
 //
 // The accelerator's AXI4 manager port is served by a DRAM model in C++ (any
 // number of outstanding bursts, responses in order, a fixed read latency, one
-// beat per cycle), and its AXI4-Lite registers by a small manager. The host
+// beat per cycle unless a bandwidth is set), and its AXI4-Lite registers by a
+// small manager. The host
 // talks to this process over stdin/stdout, one command per line:
 //
 //   mem SIZE                   allocate SIZE bytes of DRAM
 //   latency CYCLES             read latency (from address accepted to first data beat)
+//   beat TICKS                 bandwidth: each data beat, read or written, keeps the memory busy for
+//                              TICKS/1024 cycles, and no beat starts while it is busy (0, the default:
+//                              a beat every cycle each way)
 //   write ADDR PATH            copy a file into DRAM
 //   read ADDR LEN PATH         copy DRAM bytes to a file
 //   run ADDR COUNT MAXCYCLES [TRACE]
@@ -21,6 +25,7 @@
 // Every constant (bus width, register offsets, AXI response codes, traced streams) comes from
 // tw_spec.h, which sim/fast.py generates from the Python spec into the build directory.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -82,6 +87,8 @@ struct Harness {
     std::vector<uint8_t> dram;
     uint64_t cycle = 0;
     unsigned latency = 0;                // set by the host ("latency" command)
+    uint64_t beat_ticks = 0;             // 1/1024 cycles of memory time per beat ("beat" command)
+    uint64_t memory_free = 0;            // when the memory can move the next beat, in 1/1024 cycles
     std::deque<Burst> reads, writes;     // accepted, not finished
     unsigned read_beat = 0, write_beat = 0;
     bool write_error = false;
@@ -92,11 +99,14 @@ struct Harness {
 
     bool in_range(uint64_t addr, uint64_t n) const { return addr + n <= dram.size(); }
 
+    bool memory_ready() const { return memory_free <= cycle * 1024; }
+    void memory_moves_beat() { memory_free = std::max(memory_free, cycle * 1024) + beat_ticks; }
+
     // Drive the DUT's inputs from the model state for this cycle.
     void drive() {
         AXI(arready) = 1;
         AXI(awready) = 1;
-        bool r = !reads.empty() && reads.front().ready_cycle <= cycle;
+        bool r = !reads.empty() && reads.front().ready_cycle <= cycle && memory_ready();
         AXI(rvalid) = r;
         if (r) {
             const Burst& b = reads.front();
@@ -108,7 +118,7 @@ struct Harness {
             AXI(rid) = b.id;
             AXI(rlast) = read_beat + 1 == b.beats;
         }
-        AXI(wready) = !writes.empty();
+        AXI(wready) = !writes.empty() && memory_ready();
         AXI(bvalid) = !responses.empty();
         if (!responses.empty()) {
             AXI(bid) = responses.front().first;
@@ -121,6 +131,7 @@ struct Harness {
         if (AXI(arvalid) && AXI(arready))
             reads.push_back({AXI(araddr), unsigned(AXI(arlen)) + 1, unsigned(AXI(arid)), cycle + latency});
         if (AXI(rvalid) && AXI(rready)) {
+            memory_moves_beat();
             if (++read_beat == reads.front().beats) {
                 reads.pop_front();
                 read_beat = 0;
@@ -129,6 +140,7 @@ struct Harness {
         if (AXI(awvalid) && AXI(awready))
             writes.push_back({AXI(awaddr), unsigned(AXI(awlen)) + 1, unsigned(AXI(awid)), 0});
         if (AXI(wvalid) && AXI(wready)) {
+            memory_moves_beat();
             const Burst& b = writes.front();
             uint64_t a = b.addr + uint64_t(write_beat) * BUS_BYTES;
             uint8_t data[BUS_BYTES];
@@ -259,6 +271,9 @@ int main(int argc, char** argv) {
             std::cout << "ok" << std::endl;
         } else if (cmd == "latency") {
             in >> h.latency;
+            std::cout << "ok" << std::endl;
+        } else if (cmd == "beat") {
+            in >> h.beat_ticks;
             std::cout << "ok" << std::endl;
         } else if (cmd == "write") {
             uint64_t addr;

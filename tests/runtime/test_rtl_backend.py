@@ -106,3 +106,54 @@ def test_grouped_conv2d_on_the_rtl_equals_the_reference(config, channels, groups
     np.testing.assert_array_equal(out, expected)
     np.testing.assert_array_equal(tilewright.conv2d(x, w, b, config=config, **kw)[0], expected)
     assert stats["cycles"] > 0
+
+
+def test_a_slower_dram_costs_cycles_not_results():
+    """The harness's DRAM at a board's pace (a read latency, bytes a cycle for reads and writes together):
+    the same output as fsim, at least the cycles its DRAM bytes take at that bandwidth, and more cycles than
+    the default DRAM (a bus beat every cycle each way); the default timing given explicitly changes nothing."""
+    from tilewright.sim.fast import DramTiming
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (1, 16, 10, 10), dtype=np.int8)
+    w = rng.integers(-128, 128, (12, 16, 3, 3), dtype=np.int8)
+    b = rng.integers(-3000, 3000, 12, dtype=np.int32)
+    kw = dict(padding=1, mul=3, shift=9, relu=True, config="tiny")
+    expected, _ = tilewright.conv2d(x, w, b, **kw)
+    runs = {}
+    for name, memory in (("default", None), ("explicit", DramTiming()), ("narrow", DramTiming(30, 1.5)),
+                         ("narrower", DramTiming(30, 0.75))):
+        out, runs[name] = tilewright.conv2d(x, w, b, backend="rtl", memory=memory, **kw)
+        np.testing.assert_array_equal(out, expected)
+    assert runs["explicit"]["cycles"] == runs["default"]["cycles"]
+    for name, bytes_per_cycle in (("narrow", 1.5), ("narrower", 0.75)):
+        moved = runs[name]["dram_bytes_read"] + runs[name]["dram_bytes_written"]
+        assert moved == runs["default"]["dram_bytes_read"] + runs["default"]["dram_bytes_written"]
+        assert runs[name]["cycles"] >= moved / bytes_per_cycle
+    assert runs["default"]["cycles"] < runs["narrow"]["cycles"] < runs["narrower"]["cycles"]
+
+
+def test_a_boards_sdram_timing():
+    """ULX3S's SDRAM as the harness's DRAM: 16 bits a cycle less refresh's share, a read latency that grows
+    with the clock (a row activation of fixed nanoseconds, a slower CAS latency past 100 MHz); a board
+    without one, or a clock past the part's, is a one-line error."""
+    from tilewright.fpga.boards import BOARDS, BoardError
+    board = BOARDS["ulx3s-85f"]
+    timings = [board.dram_timing(f) for f in (25, 50, 75, 100, 125, 143)]
+    assert all(1.9 < t.bytes_per_cycle < 2 for t in timings)
+    latencies = [t.latency for t in timings]
+    assert latencies == sorted(latencies) and latencies[0] < latencies[-1]
+    assert board.dram_timing() == board.dram_timing(board.freq_mhz)
+    with pytest.raises(BoardError, match="up to 143 MHz, not 150"):
+        board.dram_timing(150)
+    with pytest.raises(BoardError, match="icebreaker has no SDRAM model"):
+        BOARDS["icebreaker"].dram_timing()
+
+
+def test_memory_option_errors(capsys):
+    for argv, message in ((["--memory", "nosuch"], "unknown board 'nosuch'"),
+                          (["--memory", "ulx3s-85f@fast"], "the clock (MHz) must be a number, not 'fast'"),
+                          (["--memory", "ulx3s-85f@200"], "up to 143 MHz, not 200"),
+                          (["--memory", "icebreaker"], "has no SDRAM model"),
+                          (["--memory", "ulx3s-85f", "--backend", "fsim"], "is for --backend rtl")):
+        assert main(["bench", "resnet18", "--layers", "C11", *argv]) == 1
+        assert message in capsys.readouterr().err
