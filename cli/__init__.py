@@ -430,6 +430,16 @@ def _positive_int(text):
     return value
 
 
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
 def _parser():
     p = argparse.ArgumentParser(prog="tilewright", description="Tilewright: an accelerator, its simulators, "
                                 "its compiler and models on it.")
@@ -513,6 +523,9 @@ def _parser():
 
     from .fpga import add_parser as add_fpga_parser
     add_fpga_parser(sub)
+
+    from .dse import add_parser as add_dse_parser
+    add_dse_parser(sub, _positive_int, _non_negative_int, _positive_float)
 
     sp = sub.add_parser("docs", help="regenerate the generated tables in docs/")
     sp.add_argument("--root", default=".", help="repository root")

@@ -208,7 +208,11 @@ def get_devices(backend, config, count, *, port=None, memory=None):
         raise DeviceError(f"memory= (a DRAM timing) is for the rtl backend, not {backend}")
     if backend == "fpga" and count > 1:
         raise DeviceError("the fpga backend is one board: it runs one program at a time")
-    options = {"port": port} if port else {"memory": memory} if memory else {}
+    options = {}
+    if port:
+        options["port"] = port
+    if memory:
+        options["memory"] = memory
     devices = []
     for k in range(count):
         key = (backend, cfg.fingerprint, port, memory, k)

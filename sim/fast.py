@@ -9,6 +9,7 @@ timelines. Verification stays with cocotb and cocotbext-axi
 """
 
 import hashlib
+import numbers
 import os
 import subprocess
 import tempfile
@@ -40,7 +41,7 @@ class DramTiming:
     bytes_per_cycle: float = None
 
     def __post_init__(self):
-        if not (isinstance(self.latency, int) and self.latency >= 0):
+        if isinstance(self.latency, bool) or not (isinstance(self.latency, numbers.Integral) and self.latency >= 0):
             raise ValueError(f"DRAM latency must be a whole number of cycles ≥ 0, not {self.latency!r}")
         if self.bytes_per_cycle is not None and not self.bytes_per_cycle > 0:
             raise ValueError(f"DRAM bytes per cycle must be more than 0, not {self.bytes_per_cycle!r}")

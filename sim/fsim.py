@@ -651,8 +651,8 @@ class FunctionalSimulator:
         elif plan.distinct and isinstance(plan.rows, slice) and plan.fits_acc:
             # in place, added as unsigned integers: the same bits as the wrapped signed sum
             acc = self._acc[plan.rows]
-            np.add(acc.view(_unsigned(acc.dtype)), products.view(_unsigned(acc.dtype)),
-                   out=acc.view(_unsigned(acc.dtype)))
+            unsigned = _unsigned(acc.dtype)
+            np.add(acc.view(unsigned), products.view(unsigned), out=acc.view(unsigned))
             self._out[plan.rows] = acc
         elif plan.distinct:
             self._write_acc(plan.rows, _take(self._acc, plan.rows).astype(np.int64) + products)
@@ -678,15 +678,12 @@ class FunctionalSimulator:
             return _GemmPlan()
         dst, src, wgt = idx["dst"], idx["src"], idx["wgt"]
         overwrite = insn.overwrite
-        if overwrite and not _distinct(dst.all()):
-            # a row written by several micro-ops keeps the last one's product: each micro-op's own product
-            rows = dst.all()
-            return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), overwrite=True,
-                             fits_acc=self._sums_fit_acc(self.cfg.block_in), **_scatter(rows))
-        # (with distinct rows every group below is one micro-op, so overwriting is writing its product)
         S, s_pos = src.distinct_offsets()
         W, w_pos = wgt.distinct_offsets()
-        if S.size * W.size > 2 * dst.positions:
+        # A row written by several overwriting micro-ops keeps the last one's product, so each micro-op's own
+        # product is needed (with distinct rows every group below is one micro-op, so overwriting is writing
+        # its product); and loops that move inputs and weights together are multiplied per weight.
+        if (overwrite and not _distinct(dst.all())) or S.size * W.size > 2 * dst.positions:
             rows = dst.all()
             return _GemmPlan(by_weight=(rows, src.all(), wgt.all()), overwrite=overwrite,
                              fits_acc=self._sums_fit_acc(self.cfg.block_in), **_scatter(rows))

@@ -9,8 +9,8 @@
 //   mem SIZE                   allocate SIZE bytes of DRAM
 //   latency CYCLES             read latency (from address accepted to first data beat)
 //   beat TICKS                 bandwidth: each data beat, read or written, keeps the memory busy for
-//                              TICKS/1024 cycles, and no beat starts while it is busy (0, the default:
-//                              a beat every cycle each way)
+//                              TICKS/1024 cycles, and no beat starts while it is busy, one at a time,
+//                              reads first (0, the default: a beat every cycle each way)
 //   write ADDR PATH            copy a file into DRAM
 //   read ADDR LEN PATH         copy DRAM bytes to a file
 //   run ADDR COUNT MAXCYCLES [TRACE]
@@ -25,7 +25,6 @@
 // Every constant (bus width, register offsets, AXI response codes, traced streams) comes from
 // tw_spec.h, which sim/fast.py generates from the Python spec into the build directory.
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -100,7 +99,13 @@ struct Harness {
     bool in_range(uint64_t addr, uint64_t n) const { return addr + n <= dram.size(); }
 
     bool memory_ready() const { return memory_free <= cycle * 1024; }
-    void memory_moves_beat() { memory_free = std::max(memory_free, cycle * 1024) + beat_ticks; }
+    // A beat that starts within a cycle of the memory coming free starts, in memory time, when it came free:
+    // beats start on whole cycles, and a stream of them keeps the fractions (else it would move
+    // bus_bytes / ceil(bus_bytes / bytes_per_cycle) a cycle, not bytes_per_cycle).
+    void memory_moves_beat() {
+        uint64_t now = cycle * 1024;
+        memory_free = (memory_free + 1024 > now ? memory_free : now) + beat_ticks;
+    }
 
     // Drive the DUT's inputs from the model state for this cycle.
     void drive() {
@@ -118,7 +123,8 @@ struct Harness {
             AXI(rid) = b.id;
             AXI(rlast) = read_beat + 1 == b.beats;
         }
-        AXI(wready) = !writes.empty() && memory_ready();
+        // (with a bandwidth, one beat at a time: a read beat offered goes first)
+        AXI(wready) = !writes.empty() && memory_ready() && !(beat_ticks && r);
         AXI(bvalid) = !responses.empty();
         if (!responses.empty()) {
             AXI(bid) = responses.front().first;

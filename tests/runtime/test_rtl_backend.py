@@ -157,3 +157,25 @@ def test_memory_option_errors(capsys):
                           (["--memory", "ulx3s-85f", "--backend", "fsim"], "is for --backend rtl")):
         assert main(["bench", "resnet18", "--layers", "C11", *argv]) == 1
         assert message in capsys.readouterr().err
+
+
+def test_a_dram_bandwidth_is_what_a_memory_bound_run_gets():
+    """A memory-bound dense moves close to the bytes a cycle it is given, and a little less bandwidth costs
+    a little more time: beats start on whole cycles, but their memory time keeps its fractions (a stream
+    that lost them ran at bus_bytes / ceil(bus_bytes / bytes_per_cycle): 1.95 bytes a cycle on tiny's 4-byte
+    bus as 1.33)."""
+    from tilewright.sim.fast import DramTiming
+    rng = np.random.default_rng(4)
+    x, w = rng.integers(-128, 128, (16, 256), dtype=np.int8), rng.integers(-128, 128, (64, 256), dtype=np.int8)
+    cycles = {}
+    for bytes_per_cycle in (0.7, 0.95, 1.05, 1.3, 1.95, 2.05):
+        out, stats = tilewright.dense(x, w, mul=3, shift=9, config="tiny", backend="rtl",
+                                      memory=DramTiming(16, bytes_per_cycle))
+        np.testing.assert_array_equal(out, dense_reference(x, w, mul=3, shift=9))
+        moved = stats["dram_bytes_read"] + stats["dram_bytes_written"]
+        cycles[bytes_per_cycle] = stats["cycles"]
+        assert moved / stats["cycles"] <= bytes_per_cycle
+        if bytes_per_cycle <= 1.3:      # (memory-bound: at least 9/10 of the bandwidth used)
+            assert moved / stats["cycles"] >= 0.9 * bytes_per_cycle
+    for slower, faster in ((0.95, 1.05), (1.95, 2.05)):
+        assert 1 <= cycles[slower] / cycles[faster] <= 1.12
