@@ -31,6 +31,8 @@ def cmd_dse(args):
                              progress=lambda line: print(line, flush=True))
         except (SearchError, *_model_errors()) as e:
             raise CliError(str(e)) from None
+        except OSError as e:
+            raise CliError(f"{getattr(e, 'filename', None) or args.output}: {e.strerror or e}") from None
     for name in ("front.json", "front.png", "winner.toml", "winner.twm"):
         if (Path(args.output) / name).exists():
             print(f"wrote {Path(args.output) / name}")

@@ -65,13 +65,15 @@ def candidates(base):
     found = {base.fingerprint: base}
     knobs = itertools.product((8, 16), (False, True), (1, 2), (1, 2), (1, 2), (64, 128))
     for block, half, wgt, inp, acc, bus in knobs:
-        scale = block // base.block_in       # (buffers keep their entries when the blocks grow)
+        # (the buffers keep their entries when the blocks change)
+        def entries(nbytes, lanes_then, lanes_now, times):
+            return nbytes * lanes_now * times // lanes_then
         try:
             cfg = base.replace(
                 block_in=block, block_out=block, gemm_lanes=block // 2 if half else 0,
-                wgt_buffer_bytes=base.wgt_buffer_bytes * scale * scale * wgt,
-                inp_buffer_bytes=base.inp_buffer_bytes * scale * inp,
-                acc_buffer_bytes=base.acc_buffer_bytes * scale * acc, dram_bus_width=bus)
+                wgt_buffer_bytes=entries(base.wgt_buffer_bytes, base.block_in * base.block_out, block * block, wgt),
+                inp_buffer_bytes=entries(base.inp_buffer_bytes, base.block_in, block, inp),
+                acc_buffer_bytes=entries(base.acc_buffer_bytes, base.block_out, block, acc), dram_bus_width=bus)
         except ValueError:
             continue
         found.setdefault(cfg.fingerprint, cfg)
@@ -80,37 +82,47 @@ def candidates(base):
 
 def synthesis_job(board_name, params, name, out_dir):
     """Yosys synthesis of config ``params`` for ``board_name`` in ``out_dir``: ``{"resources": {kind: used},
-    "fits": bool, "seconds"}``, or ``{"error"}``. (Runs in a runner's worker.)"""
+    "fits": bool, "seconds"}``. (Runs in a runner's worker. A tool that fails raises: that is no result of
+    the candidate's, and the log does not keep it.)"""
     from tilewright.fpga.build import BuildError, build_bitstreams
     cfg = HwConfig(name=name, **params)
     started = time.monotonic()
+    (Path(out_dir) / "report.json").unlink(missing_ok=True)      # (an earlier, interrupted search's)
     try:
         report = build_bitstreams(board_name, config=cfg, out_dirs=[out_dir], place=False, progress=lambda line: None)[0]
-        fits = True
-    except BuildError as e:
-        path = Path(out_dir) / "report.json"
-        if "does not fit" not in str(e) or not path.exists():
-            return {"error": str(e)}
-        report, fits = json.loads(path.read_text()), False
-    return {"resources": {kind: v["used"] for kind, v in report["synthesis"].items()}, "fits": fits,
-            "seconds": time.monotonic() - started}
+    except BuildError:
+        # (a design that does not fit has its report, every resource's use against the board's, written)
+        report = json.loads((Path(out_dir) / "report.json").read_text()) if (Path(out_dir) / "report.json").exists() \
+            else None
+        if not (report and report.get("ok") is False and "synthesis" in report):
+            raise
+    used = {kind: v["used"] for kind, v in report["synthesis"].items()}
+    return {"resources": used, "fits": report.get("ok", True) is not False, "seconds": time.monotonic() - started}
 
 
 def cycles_job(model_bytes, params, name, board_name, freq_mhz, calibration, inputs):
     """The model compiled for config ``params`` and run on the RTL with ``board_name``'s DRAM at ``freq_mhz``:
     ``{"cycles", "layers": {node: cycles}, "equals_fsim", "seconds"}``, or ``{"error"}``. (Runs in a runner's
     worker.)"""
+    from tilewright.compiler.graph import ModelError
+    from tilewright.compiler.program import ProgramError
+    from tilewright.compiler.schedule import ScheduleError
     from tilewright.fpga.boards import get_board
+    from tilewright.runtime.device import forget_device
     from tilewright.runtime.model import compile_model
     cfg = HwConfig(name=name, **params)
     started = time.monotonic()
     try:
         model = compile_model(model_bytes, cfg, calibration=calibration)
+    except (ModelError, ProgramError, ScheduleError) as e:   # (the config's result: the model does not go on it)
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+    try:
         expected = model.run(inputs)
         outputs, rows = model.run(inputs, backend="rtl", profile=True,
                                   memory=get_board(board_name).dram_timing(freq_mhz))
-    except Exception as e:      # (a config the model does not compile for is a result, not the end of the search)
-        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+    finally:        # (no config is measured twice: its simulators, a harness with its DRAM among them, go)
+        forget_device("fsim", cfg)
+        forget_device("rtl", cfg)
     layers = {r["node"]: r["cycles"] for r in rows if r["cycles"]}
     return {"cycles": sum(layers.values()), "layers": layers, "seconds": time.monotonic() - started,
             "equals_fsim": all(np.array_equal(outputs[k], expected[k]) for k in expected)}
@@ -127,9 +139,16 @@ class SearchLog:
         if self.path.exists() and self.path.stat().st_size:
             lines = self.path.read_text().splitlines()
             try:
-                first, records = json.loads(lines[0]), [json.loads(line) for line in lines[1:] if line.strip()]
+                first = json.loads(lines[0])
+                records = [json.loads(line) for line in lines[1:-1] if line.strip()]
             except json.JSONDecodeError as e:
                 raise SearchError(f"{self.path}: not a search log ({e})") from None
+            try:        # (the last line may have been cut by a search killed while writing it: dropped)
+                records += [json.loads(lines[-1])] if len(lines) > 1 and lines[-1].strip() else []
+            except json.JSONDecodeError:
+                self.path.write_text("\n".join(lines[:-1]) + "\n")
+            if not isinstance(first, dict) or first.get("format") != header["format"]:
+                raise SearchError(f"{self.path}: not a search log")
             if first != header:
                 raise SearchError(f"{self.path} is the log of another search ({_differences(first, header)}); "
                                   f"give another output folder")
@@ -140,9 +159,11 @@ class SearchLog:
             self.path.write_text(json.dumps(header) + "\n")
 
     def get(self, kind, key):
+        """The logged result of ``kind`` for config fingerprint ``key``, or None."""
         return self.results.get((kind, key))
 
     def add(self, kind, key, cfg, result):
+        """Log ``result`` (of ``kind``, for ``cfg`` whose fingerprint is ``key``)."""
         self.results[kind, key] = result
         with open(self.path, "a") as f:        # (a line at a time: a killed search loses at most the one running)
             f.write(json.dumps({"kind": kind, "key": key, "config": cfg.name, "result": result}) + "\n")
@@ -178,10 +199,17 @@ def code_digest():
 def _inputs(model_bytes, batch, seed):
     """Random calibration samples and one input for the model's first input (its batch dimension ``batch``)."""
     import onnx
-    graph = onnx.load_from_string(model_bytes).graph
+    from google.protobuf.message import DecodeError
+    try:
+        graph = onnx.load_from_string(model_bytes).graph
+    except DecodeError as e:
+        raise SearchError(f"the model is not an ONNX file ({e})") from None
     initializers = {i.name for i in graph.initializer}
-    first = next(i for i in graph.input if i.name not in initializers)
-    dims = [d.dim_value if d.HasField("dim_value") else 1 for d in first.type.tensor_type.shape.dim]
+    inputs = [i for i in graph.input if i.name not in initializers]
+    if len(inputs) != 1 or not inputs[0].type.tensor_type.shape.dim:
+        raise SearchError(f"the search feeds models of one input with a shape; this one has "
+                          f"{', '.join(i.name for i in inputs) or 'none'}")
+    dims = [d.dim_value if d.HasField("dim_value") else 1 for d in inputs[0].type.tensor_type.shape.dim]
     dims[0] = batch
     rng = np.random.default_rng(seed)
     return (rng.standard_normal((4 * batch, *dims[1:])).astype(np.float32),
@@ -204,15 +232,21 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
     freq_mhz = board.freq_mhz if freq_mhz is None else freq_mhz
     board.dram_timing(freq_mhz)                         # (a board without a DRAM model fails here, at once)
     out = Path(out)
-    digest = hashlib.sha256(model_bytes).hexdigest()[:16]
-    log = SearchLog(out / "log.jsonl", {"model": digest, "board": board.name, "freq_mhz": freq_mhz, "seed": seed,
-                                        "code": code_digest()})
     pool = list(candidates(board.config))
     if limit is not None and limit < len(pool):
         rest = pool[1:]
         np.random.default_rng(seed).shuffle(rest)
         pool = [pool[0], *rest[:limit - 1]]
+    # the model must compile (for the board's preset) before any synthesis is spent on it
     calibration, inputs = _inputs(model_bytes, 1, seed)
+    from tilewright.runtime.model import compile_model
+    compile_model(model_bytes, pool[0], calibration=calibration)
+    digest = hashlib.sha256(model_bytes).hexdigest()[:16]
+    try:
+        log = SearchLog(out / "log.jsonl", {"model": digest, "board": board.name, "freq_mhz": freq_mhz,
+                                            "seed": seed, "code": code_digest()})
+    except OSError as e:
+        raise SearchError(f"cannot keep the search's log in {out}: {e.strerror or e}") from None
     deadline = None if budget_hours is None else time.monotonic() + budget_hours * 3600
     progress(f"{len(pool)} candidate configs for {board.title} at {freq_mhz:g} MHz, on {runner.describe()}; "
              f"log {log.path}")
@@ -225,9 +259,10 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
                              inputs)
 
     # Each candidate's synthesis, then (if it fits) its measurement; what the log holds is not done again.
-    pending, running = [("synthesis", cfg) for cfg in pool], {}
+    pending, running, lost = [("synthesis", cfg) for cfg in pool], {}, 0
+    parallelism = runner.parallelism
     while pending or running:
-        while pending and len(running) < runner.parallelism and (deadline is None or time.monotonic() < deadline):
+        while pending and len(running) < parallelism and (deadline is None or time.monotonic() < deadline):
             kind, cfg = pending.pop(0)
             known = log.get(kind, cfg.fingerprint)
             if known is not None:
@@ -240,12 +275,18 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
             kind, cfg = running.pop(future)
             try:
                 result = future.result()
-            except Exception as e:          # (a worker that died: the candidate's error, the search goes on)
-                result = {"error": f"{type(e).__name__}: {e}"[:300]}
+            except Exception as e:
+                # A tool or a worker that failed (Yosys, a Verilator build, a process that died) is not the
+                # candidate's result: it is said, not logged, and a search run again tries the candidate again.
+                lost += 1
+                progress(f"  {cfg.name}: {kind} lost ({type(e).__name__}: {str(e)[:200]}); not logged")
+                continue
             log.add(kind, cfg.fingerprint, cfg, result)
             progress(f"  {cfg.name} ({_shape(cfg)}): {_said(kind, result)}")
             _next_step(kind, cfg, result, pending)
-    return _summarise(log, pool, board, freq_mhz, out, model_bytes, calibration, progress)
+    summary = _summarise(log, pool, board, freq_mhz, out, model_bytes, calibration, progress)
+    summary["lost"] = lost
+    return summary
 
 
 def _next_step(kind, cfg, result, pending):
@@ -283,9 +324,13 @@ def _summarise(log, pool, board, freq_mhz, out, model_bytes, calibration, progre
     preset = next((p for p in points if p["config"] == board.config), None)
     winner = min(front, key=lambda p: (p["latency_s"], p["LUT"])) if front else None
     summary = {"board": board.name, "freq_mhz": freq_mhz, "dram": dataclasses.asdict(board.dram_timing(freq_mhz)),
-               "tried": len(pool), "measured": len(points), "front": front, "preset": preset, "winner": winner,
+               "tried": len(pool), "measured": len(points), "points": points, "front": front, "preset": preset,
+               "winner": winner,
                "speedup_over_preset": preset["latency_s"] / winner["latency_s"] if preset and winner else None,
-               "clock": "the clock asked for (no place and route yet)"}
+               "latency": "the accelerator layers' cycles at the clock asked for (no place and route yet; host "
+                          "layers not counted)"}
+    for name in ("front.png", "winner.toml", "winner.twm"):       # (none of an earlier run's stays behind)
+        (out / name).unlink(missing_ok=True)
     (out / "front.json").write_text(json.dumps(summary, indent=2))
     if points:
         _plot(points, front, preset, out / "front.png")
@@ -316,7 +361,7 @@ def _plot(points, front, preset, path):
             ax.scatter([preset[kind]], [preset["latency_s"] * 1e3], color="tab:red", marker="x", s=40,
                        label="board preset")
         ax.set_xlabel(kind)
-    axes[0].set_ylabel("model latency (ms)")
+    axes[0].set_ylabel("accelerator layers' latency (ms)")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

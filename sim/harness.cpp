@@ -9,8 +9,9 @@
 //   mem SIZE                   allocate SIZE bytes of DRAM
 //   latency CYCLES             read latency (from address accepted to first data beat)
 //   beat TICKS                 bandwidth: each data beat, read or written, keeps the memory busy for
-//                              TICKS/1024 cycles, and no beat starts while it is busy, one at a time,
-//                              reads first (0, the default: a beat every cycle each way)
+//                              TICKS/1024 cycles, and no beat starts while it is busy; at a beat a cycle
+//                              or slower (TICKS >= 1024) one beat at a time, reads first (0, the default:
+//                              a beat every cycle each way)
 //   write ADDR PATH            copy a file into DRAM
 //   read ADDR LEN PATH         copy DRAM bytes to a file
 //   run ADDR COUNT MAXCYCLES [TRACE]
@@ -123,8 +124,8 @@ struct Harness {
             AXI(rid) = b.id;
             AXI(rlast) = read_beat + 1 == b.beats;
         }
-        // (with a bandwidth, one beat at a time: a read beat offered goes first)
-        AXI(wready) = !writes.empty() && memory_ready() && !(beat_ticks && r);
+        // (a memory slower than a beat a cycle moves one beat at a time: a read beat offered goes first)
+        AXI(wready) = !writes.empty() && memory_ready() && !(beat_ticks >= 1024 && r);
         AXI(bvalid) = !responses.empty();
         if (!responses.empty()) {
             AXI(bid) = responses.front().first;

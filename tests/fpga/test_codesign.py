@@ -114,3 +114,27 @@ def test_dse_command_errors(tmp_path, capsys):
         assert message in capsys.readouterr().err
     assert main(["dse", str(tmp_path / "none.onnx"), "--board", "ulx3s-85f", "-o", str(tmp_path / "d")]) == 1
     assert "cannot read model" in capsys.readouterr().err
+
+
+def test_a_search_refuses_what_it_cannot_search_before_it_starts(tmp_path):
+    """A file that is not ONNX stops the search before any synthesis and before the log is written (so the
+    folder can take the corrected model); an output folder that is a file is one line from the CLI."""
+    with LocalRunner(1) as runner:
+        with pytest.raises(SearchError, match="not an ONNX file"):
+            search(b"not a model", "ulx3s-85f", tmp_path / "a", runner=runner, progress=lambda line: None)
+    assert not (tmp_path / "a" / "log.jsonl").exists()
+    (tmp_path / "file").write_text("")
+    assert main(["dse", str(DIGITS), "--board", "ulx3s-85f", "-o", str(tmp_path / "file")]) == 1
+
+
+def test_a_log_cut_in_its_last_line_is_read(tmp_path):
+    header = {"model": "a", "board": "ulx3s-85f", "freq_mhz": 50, "seed": 0}
+    log = SearchLog(tmp_path / "log.jsonl", header)
+    log.add("synthesis", "f1", load_config("slim"), {"fits": True, "resources": {"LUT": 1}})
+    log.add("synthesis", "f2", load_config("slim"), {"fits": False, "resources": {"LUT": 2}})
+    text = (tmp_path / "log.jsonl").read_text()
+    (tmp_path / "log.jsonl").write_text(text[:-20])         # (killed while writing f2's line)
+    again = SearchLog(tmp_path / "log.jsonl", header)
+    assert again.get("synthesis", "f1") and again.get("synthesis", "f2") is None
+    again.add("cycles", "f1", load_config("slim"), {"cycles": 5})        # (after the cut line, which is gone)
+    assert SearchLog(tmp_path / "log.jsonl", header).get("cycles", "f1") == {"cycles": 5}
