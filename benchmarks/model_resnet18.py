@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/model_resnet18.py [--rtl] [--json benchmarks/results/resnet18_model.json]
 
 Measures, in one run: import + quantize + compile time, fsim run time
-(median of 3; of 5, in turns with the float reference, for the default weights) and output SQNR against the float model, for per-channel and
+(median of 3; of 5, in turns with the float reference, for the default weights) and output SQNR
+against the float model, for per-channel and
 per-tensor weights; fsim against the float reference (imported and run, and the run alone) at batch 1 and 16;
 the first convolution (3 input channels) as im2col + 1×1 conv, with its
 channels padded to the block, or on the host; with

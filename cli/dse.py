@@ -13,7 +13,6 @@ def cmd_dse(args):
     from . import CliError, _model_errors
     try:
         board = get_board(args.board)
-        board.dram_timing(args.freq or board.freq_mhz)      # (a board without a DRAM model, or a clock past it)
     except BoardError as e:
         raise CliError(str(e)) from None
     try:
@@ -29,7 +28,7 @@ def cmd_dse(args):
             summary = search(model_bytes, board.name, args.output, freq_mhz=args.freq, runner=runner,
                              budget_hours=args.budget_hours, limit=args.candidates, seed=args.seed,
                              progress=lambda line: print(line, flush=True))
-        except (SearchError, *_model_errors()) as e:
+        except (SearchError, BoardError, *_model_errors()) as e:      # (BoardError: no DRAM model, a clock past it)
             raise CliError(str(e)) from None
         except OSError as e:
             raise CliError(f"{getattr(e, 'filename', None) or args.output}: {e.strerror or e}") from None

@@ -34,7 +34,7 @@ import numpy as np
 
 from tilewright.config import HwConfig, load_config
 
-__all__ = ["candidates", "synthesis_job", "cycles_job", "SearchLog", "pareto_front", "search", "config_toml",
+__all__ = ["candidates", "synthesis_job", "cycles_job", "SearchLog", "pareto_front", "search", "code_digest",
            "RESOURCES", "SearchError"]
 
 #: The resources the front weighs latency against.
@@ -45,15 +45,14 @@ LOG_VERSION = 1
 
 
 class SearchError(RuntimeError):
-    """A search that cannot go on (a log of another search, a model that does not compile)."""
+    """A search that cannot go on (a file that is not a model of one input, a log of another search, an
+    output folder it cannot write)."""
 
 
-def config_toml(cfg):
-    """``cfg`` as a TOML file :func:`~tilewright.config.load_config` reads back to the same config."""
-    lines = [f'name = "{cfg.name}"']
-    for key, value in cfg.params().items():
-        lines.append(f"{key} = {str(value).lower() if isinstance(value, bool) else value}")
-    return "\n".join(lines) + "\n"
+def _resized(nbytes, lanes_then, lanes_now, times):
+    """A buffer of ``nbytes`` for entries of ``lanes_then`` values, with as many entries of ``lanes_now``,
+    ``times`` as many."""
+    return nbytes * lanes_now * times // lanes_then
 
 
 def candidates(base):
@@ -65,15 +64,12 @@ def candidates(base):
     found = {base.fingerprint: base}
     knobs = itertools.product((8, 16), (False, True), (1, 2), (1, 2), (1, 2), (64, 128))
     for block, half, wgt, inp, acc, bus in knobs:
-        # (the buffers keep their entries when the blocks change)
-        def entries(nbytes, lanes_then, lanes_now, times):
-            return nbytes * lanes_now * times // lanes_then
         try:
             cfg = base.replace(
                 block_in=block, block_out=block, gemm_lanes=block // 2 if half else 0,
-                wgt_buffer_bytes=entries(base.wgt_buffer_bytes, base.block_in * base.block_out, block * block, wgt),
-                inp_buffer_bytes=entries(base.inp_buffer_bytes, base.block_in, block, inp),
-                acc_buffer_bytes=entries(base.acc_buffer_bytes, base.block_out, block, acc), dram_bus_width=bus)
+                wgt_buffer_bytes=_resized(base.wgt_buffer_bytes, base.block_in * base.block_out, block * block, wgt),
+                inp_buffer_bytes=_resized(base.inp_buffer_bytes, base.block_in, block, inp),
+                acc_buffer_bytes=_resized(base.acc_buffer_bytes, base.block_out, block, acc), dram_bus_width=bus)
         except ValueError:
             continue
         found.setdefault(cfg.fingerprint, cfg)
@@ -336,7 +332,7 @@ def _summarise(log, pool, board, freq_mhz, out, model_bytes, calibration, progre
         _plot(points, front, preset, out / "front.png")
     if winner:
         cfg = next(c for c in pool if c.fingerprint == winner["fingerprint"])
-        (out / "winner.toml").write_text(config_toml(cfg))
+        (out / "winner.toml").write_text(cfg.toml())
         from tilewright.runtime.model import compile_model
         compile_model(model_bytes, cfg, calibration=calibration).save(out / "winner.twm")
         speedup = f", {summary['speedup_over_preset']:.2f}x the preset {board.config}" if preset else ""

@@ -96,7 +96,8 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
         from tilewright.compiler.tune import TuningLog
         tuned = TuningLog(tuning_log)
     device = get_device(backend, cfg, memory=memory)
-    bandwidth = dram_bandwidth(cfg, memory)
+    from tilewright.sim.fast import DramTiming
+    bandwidth = (memory or DramTiming()).bandwidth(cfg.bus_bytes)
     check = get_device("fsim", cfg) if backend != "fsim" else None
     macs_per_cycle = cfg.macs_per_cycle
     records, trace_events = [], []
@@ -197,18 +198,11 @@ def _plot(records, path, cfg):
         fig.savefig(f, dpi=120, format=Path(path).suffix.lstrip(".") or "png")
 
 
-def dram_bandwidth(cfg, memory=None):
-    """DRAM bytes a cycle the roofline's slope takes: the bus's, or the ``memory`` timing's if that is less."""
-    if memory is None or memory.bytes_per_cycle is None:
-        return cfg.bus_bytes
-    return min(cfg.bus_bytes, memory.bytes_per_cycle)
-
-
 def roofline_plot(records, path, cfg, bandwidth=None):
     """The layers on ``cfg``'s roofline, log–log: operational intensity (MACs per DRAM byte) across, MACs
     per cycle up; the compute roof (``macs_per_cycle``) and the bandwidth slope (``bandwidth``, by default
-    the bus's bytes a cycle, × MACs per byte) meet at the ridge. One point per layer as run (tuned, when a tuning log chose it), and its
-    heuristic schedule's where that differs. Returns what it drew: ``{"roof": [(x, y), ...], "points":
+    the bus's bytes a cycle, × MACs per byte) meet at the ridge. One point per layer as run (tuned, when a
+    tuning log chose it), and its heuristic schedule's where that differs. Returns what it drew: ``{"roof": [(x, y), ...], "points":
     {layer: (x, y)}, "heuristic": {layer: (x, y)}}``."""
     import matplotlib
     matplotlib.use("Agg")

@@ -46,6 +46,11 @@ class DramTiming:
         if self.bytes_per_cycle is not None and not self.bytes_per_cycle > 0:
             raise ValueError(f"DRAM bytes per cycle must be more than 0, not {self.bytes_per_cycle!r}")
 
+    def bandwidth(self, bus_bytes):
+        """The DRAM bytes a cycle a stream one way gets: ``bytes_per_cycle``, or a ``bus_bytes`` beat a cycle
+        when that is less (or none is set)."""
+        return bus_bytes if self.bytes_per_cycle is None else min(bus_bytes, self.bytes_per_cycle)
+
     def beat_ticks(self, bus_bytes):
         """Memory time of one ``bus_bytes`` beat in 1/1024 cycles (the harness's ``beat`` command; 0: none)."""
         return 0 if self.bytes_per_cycle is None else max(1, round(1024 * bus_bytes / self.bytes_per_cycle))

@@ -898,7 +898,8 @@ class _OneBlasThread:
     def __enter__(self):
         with self._lock:
             if not self._runs:
-                self._controller = self._controller or ThreadpoolController()
+                if self._controller is None:
+                    self._controller = ThreadpoolController()
                 self._limit = self._controller.limit(limits=1, user_api="blas")
             self._runs += 1
 

@@ -378,6 +378,13 @@ class HwConfig:
         """A copy with some parameters changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    def toml(self):
+        """The config as a TOML file that :func:`load_config` reads back to it (the name too)."""
+        lines = [f"name = {json.dumps(self.name)}"]
+        lines += [f"{key} = {str(value).lower() if isinstance(value, bool) else value}"
+                  for key, value in self.params().items()]
+        return "\n".join(lines) + "\n"
+
     def describe(self):
         """Parameters plus derived depths and element sizes, JSON-ready."""
         info = {"name": self.name, "fingerprint": self.fingerprint, "tag": self.tag, **self.params()}

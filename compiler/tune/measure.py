@@ -10,7 +10,7 @@ whose output differs is a result with an ``error``, never an exception: one
 bad candidate does not stop a tuning run.
 
 :func:`design_hash` names what the cycle counts depend on (the RTL's
-Verilog, the harness and its DRAM latency), for the tuning log's cache key.
+Verilog, the harness and its DRAM timing), for the tuning log's cache key.
 """
 
 import hashlib
@@ -22,10 +22,10 @@ __all__ = ["measure", "design_hash"]
 
 
 def design_hash(cfg):
-    """16 hex digits over the config's Verilog, the C++ harness and its DRAM latency (the rtl backend's)."""
-    from tilewright.sim.fast import DRAM_LATENCY, HARNESS
+    """16 hex digits over the config's Verilog, the C++ harness and its DRAM timing (the rtl backend's)."""
+    from tilewright.sim.fast import HARNESS, DramTiming
     from tilewright.sim.rtl import verilog_source
-    text = verilog_source(cfg) + HARNESS.read_text() + f"latency={DRAM_LATENCY}"
+    text = verilog_source(cfg) + HARNESS.read_text() + repr(DramTiming())
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -10,8 +10,7 @@ import pytest
 from tilewright.cli import main
 from tilewright.compiler.tune import LocalRunner
 from tilewright.config import load_config
-from tilewright.fpga.codesign import (RESOURCES, SearchError, SearchLog, candidates, config_toml, pareto_front,
-                                      search)
+from tilewright.fpga.codesign import RESOURCES, SearchError, SearchLog, candidates, pareto_front, search
 
 DIGITS = Path(__file__).parents[2] / "examples" / "digits" / "digits_cnn.onnx"
 
@@ -30,7 +29,7 @@ def test_candidates_around_a_preset():
 def test_a_config_as_toml_loads_back(tmp_path):
     for cfg in candidates("slim")[::9]:
         path = tmp_path / f"{cfg.name}.toml"
-        path.write_text(config_toml(cfg))
+        path.write_text(cfg.toml())
         loaded = load_config(path)
         assert loaded == cfg and loaded.fingerprint == cfg.fingerprint and loaded.name == cfg.name
 
