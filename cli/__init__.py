@@ -166,7 +166,7 @@ def _memory(args):
     """The DRAM timing ``--memory BOARD[@MHZ]`` names (a board's SDRAM at its clock or at MHZ), or None."""
     if not args.memory:
         return None
-    if args.backend != "rtl":
+    if getattr(args, "backend", "rtl") != "rtl":
         raise CliError("--memory (a board's DRAM timing) is for --backend rtl")
     from tilewright.fpga.boards import BoardError, get_board
     name, _, mhz = args.memory.partition("@")
@@ -260,13 +260,17 @@ def cmd_compile(args):
     if args.percentile is not None and args.method != "percentile":
         raise CliError("--percentile needs --method percentile")
     _output_path(args.output, args.model, args.calib, args.tuning_log)
+    if args.memory and not args.tuning_log:
+        raise CliError("--memory picks a tuning log's schedules: give --tuning-log too")
+    memory = _memory(args)
     calibration = _load_arrays(args.calib, "calibration samples") if args.calib else None
     print(f"compiling {args.model} for config {cfg.name} ({cfg.tag})", flush=True)
     try:
         model = compile_model(Path(args.model), cfg, calibration=calibration, method=args.method,
                               percentile=99.99 if args.percentile is None else args.percentile, batch=args.batch,
-                              per_channel=args.weights == "per-channel", on_host=args.host or (), tuning_log=args.tuning_log,
-                              log=lambda line: print(line, flush=True), progress=True)
+                              per_channel=args.weights == "per-channel", on_host=args.host or (),
+                              tuning_log=args.tuning_log, memory=memory, log=lambda line: print(line, flush=True),
+                              progress=True)
         layers = model.meta.get("layers", [])
         if layers:
             print("quantization error per layer (SQNR against the float model, first calibration sample):")
@@ -501,6 +505,8 @@ def _parser():
     sp.add_argument("--host", action="append", metavar="NODE", help="keep this layer on the host (repeatable)")
     sp.add_argument("--tuning-log", metavar="FILE",
                     help="take each layer's fastest schedule from this tuning log (tilewright tune)")
+    sp.add_argument("--memory", metavar="BOARD[@MHZ]",
+                    help="with --tuning-log: the schedules tuned with BOARD's SDRAM at MHZ (tilewright tune --memory)")
     sp.set_defaults(func=cmd_compile)
 
     sp = sub.add_parser("run", help="run a compiled model on fsim, the RTL or a board")

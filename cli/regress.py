@@ -52,11 +52,14 @@ def cmd_regress(args):
     plan = RegressionPlan(programs=args.programs, seed=args.seed, batch=args.batch, operators=args.operators,
                           model=not args.no_model, formal=not args.no_formal)
     print(f"regress: config {cfg.name} ({cfg.tag}, fingerprint {cfg.fingerprint})", flush=True)
+    from tilewright.compiler.tune.runner import RunnerError
     runner = _runner(args)
     try:
         with tempfile.TemporaryDirectory(prefix="tw-regress-") as workdir:
             result = run_regression(cfg, plan, runner=runner, workdir=workdir,
                                     log=lambda line: print("  " + line, flush=True))
+    except RunnerError as e:        # (a Dask cluster left without workers)
+        raise CliError(str(e)) from None
     finally:
         if runner is not None:
             runner.close()

@@ -113,7 +113,7 @@ def bench_resnet18(backend="rtl", config="default", *, layers=None, json_path=No
         b = rng.integers(-4096, 4096, cout, dtype=np.int32)
         tensors = {"data": pack_nchw(x, cfg.batch, cfg.block_in), "weight": pack_oihw(w, cfg.block_out, cfg.block_in),
                    "bias": pack_bias(b, cfg.batch, cfg.block_out)}
-        record, tiles = tuned.best_schedule(Task("conv2d", spec, cfg)) if tuned else (None, None)
+        record, tiles = tuned.best_schedule(Task("conv2d", spec, cfg, memory)) if tuned else (None, None)
         heuristic = conv_tiles(spec, cfg)
         tiles = tiles or heuristic
         program = build(conv2d(spec, cfg, tiles)[0], cfg)

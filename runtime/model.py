@@ -458,9 +458,10 @@ def _check_supported(graph):
                              f"not on the host)")
 
 
-def _accelerator_step(node, shapes, consts, cfg, schedules=None):
+def _accelerator_step(node, shapes, consts, cfg, schedules=None, memory=None):
     """A compiled accelerator step for QConv/QDense ``node``, and where its schedule came from: the fastest
-    record of the tuning log ``schedules`` (a TuningLog) for its shape, or the heuristic."""
+    record of the tuning log ``schedules`` (a TuningLog) for its shape measured with DRAM timing ``memory``,
+    or the heuristic."""
     x_shape, w = shapes[layer_input(node, "data")], consts[layer_input(node, "weight")]
     a, O = node.attrs, w.shape[0]
     scale = consts[layer_input(node, "scale")] if layer_input(node, "scale") else None
@@ -487,7 +488,7 @@ def _accelerator_step(node, shapes, consts, cfg, schedules=None):
         packed = {"weight": pack_rows(w, cfg.block_out, cfg.block_in)}
         op = "dense"
         macs = N * K * O
-    task = Task(op, spec, cfg)
+    task = Task(op, spec, cfg, memory)
     record, tiles = schedules.best_schedule(task) if schedules else (None, None)
     program = (compile_conv2d if op == "conv2d" else compile_dense)(spec, cfg, tiles)
     packed["bias"] = pack_bias(consts[layer_input(node, "bias")], cfg.batch, cfg.block_out)
@@ -501,7 +502,10 @@ def _accelerator_step(node, shapes, consts, cfg, schedules=None):
 
 
 def _tuning_log(path):
-    """The tuning log at ``path`` (one line of ModelError if it cannot be read)."""
+    """The tuning log at ``path``, or ``path`` if it is a TuningLog (one line of ModelError if it cannot be
+    read)."""
+    if isinstance(path, TuningLog):
+        return path
     if not Path(path).is_file():
         raise ModelError(f"tuning log {path}: no such file")
     try:
@@ -539,7 +543,8 @@ def _placement(graph, on_host, cfg):
 
 
 def compile_model(model, config="default", *, calibration=None, method="max", percentile=99.99, batch=None,
-                  per_channel=True, unfold=True, on_host=(), tuning_log=None, log=None, progress=False):
+                  per_channel=True, unfold=True, on_host=(), tuning_log=None, memory=None, log=None,
+                  progress=False):
     """Import, quantize, partition and compile ``model``; returns a :class:`CompiledModel`.
 
     ``calibration``: sample inputs for int8 calibration, an array ``N × …`` for
@@ -553,9 +558,10 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     padding the channels (see ``unfold_narrow_convs``). ``on_host`` names
     layers to keep on the host (run there with the accelerator's integer
     arithmetic). ``log`` receives progress lines (the partition table is
-    printed through it before compiling). ``tuning_log`` (a path): each layer takes the fastest schedule
+    printed through it before compiling). ``tuning_log`` (a path or a TuningLog): each layer takes the fastest schedule
     that log measured for its shape on this config, the heuristic's where it has none; ``meta["schedules"]``
-    and ``log`` say which layers used which.
+    and ``log`` say which layers used which. ``memory`` (a :class:`~tilewright.sim.fast.DramTiming`, a
+    board's SDRAM): take the log's schedules measured with that DRAM timing (default: the harness's own).
     """
     log = log or (lambda line: None)
     cfg = load_config(config)
@@ -610,7 +616,8 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     with Progress(accel, "compiling", enabled=progress) as bar:
         for node, where, why in plan:
             if where == "accelerator":
-                step, source = _accelerator_step(node, tensor_shapes, quantized.constants, cfg, schedules)
+                step, source = _accelerator_step(node, tensor_shapes, quantized.constants, cfg, schedules,
+                                                 memory)
                 steps.append(step)
                 meta["schedules"].append(source)
                 bar.advance(node.name)
@@ -619,7 +626,8 @@ def compile_model(model, config="default", *, calibration=None, method="max", pe
     if tuning_log:
         tuned = [s["layer"] for s in meta["schedules"] if s["schedule"] == "tuned"]
         others = [s["layer"] for s in meta["schedules"] if s["schedule"] != "tuned"]
-        log(f"schedules from {tuning_log}: {len(tuned)} tuned ({', '.join(tuned) or 'none'}); "
+        log(f"schedules from {schedules.path or 'the tuning records'}: {len(tuned)} tuned "
+            f"({', '.join(tuned) or 'none'}); "
             f"{len(others)} heuristic ({', '.join(others) or 'none'})")
     # the accelerator's weights travel packed; the host keeps only the constants its nodes read
     host_reads = {i for s in steps if s.where == "host" for i in s.node.inputs} | {o.name for o in quantized.outputs}

@@ -101,13 +101,13 @@ class TuningLog:
         return measure_fn
 
     def task_records(self, task, design=None):
-        """The records of ``task`` on its config (and ``design``, if given)."""
+        """The records of ``task`` on its config and its DRAM timing (and ``design``, if given)."""
         return [r for r in self.records if r["task"] == task.key and r["fingerprint"] == task.config.fingerprint
-                and (design is None or r["design"] == design)]
+                and r.get("memory") == task.memory_json and (design is None or r["design"] == design)]
 
     def best_schedule(self, task):
-        """``(record, tiles)`` of the fewest cycles measured for ``task`` on its config in its space (records
-        of another template version do not count), or ``(None, None)``."""
+        """``(record, tiles)`` of the fewest cycles measured for ``task`` on its config and DRAM timing in its
+        space (records of another template version do not count), or ``(None, None)``."""
         space = task.space()
         best = None
         for r in self.task_records(task):

@@ -21,11 +21,12 @@ import numpy as np
 __all__ = ["measure", "design_hash"]
 
 
-def design_hash(cfg):
-    """16 hex digits over the config's Verilog, the C++ harness and its DRAM timing (the rtl backend's)."""
+def design_hash(cfg, memory=None):
+    """16 hex digits over the config's Verilog, the C++ harness and its DRAM timing (``memory``, a
+    :class:`~tilewright.sim.fast.DramTiming`; None: the rtl backend's default)."""
     from tilewright.sim.fast import HARNESS, DramTiming
     from tilewright.sim.rtl import verilog_source
-    text = verilog_source(cfg) + HARNESS.read_text() + repr(DramTiming())
+    text = verilog_source(cfg) + HARNESS.read_text() + repr(memory or DramTiming())
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -33,13 +34,15 @@ def measure(task, points, *, backend="rtl", verify=True, seed=0):
     """``[{"knobs", "cycles", "error", "seconds"}]`` for each of ``points`` of ``task``, in order.
 
     ``cycles`` is the run's exact cycle count on ``backend`` (None with an
-    ``error``); ``seconds`` the wall time of compiling and running it.
+    ``error``), the RTL's DRAM answering as ``task.memory``; ``seconds`` the
+    wall time of compiling and running it.
     """
     from tilewright.runtime.device import forget_device, get_device
     # (a failure here, building the RTL say, is the worker's, not a point's: it raises, and the tuner
     # reports it without caching it as the point's result)
     inputs = task.inputs(seed)
-    device = get_device(backend, task.config)
+    options = {"memory": task.memory} if backend == "rtl" and task.memory else {}
+    device = get_device(backend, task.config, **options)
     reference = get_device("fsim", task.config) if verify and backend != "fsim" else None
     results = []
     for point in points:
@@ -59,7 +62,7 @@ def measure(task, points, *, backend="rtl", verify=True, seed=0):
             error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
             if not getattr(device, "alive", True):      # (its simulator died: the next point gets a new one)
                 forget_device(backend, task.config)
-                device = get_device(backend, task.config)
+                device = get_device(backend, task.config, **options)
         results.append({"knobs": point, "cycles": cycles, "error": error,
                         "seconds": round(time.perf_counter() - started, 4)})
     return results

@@ -12,12 +12,14 @@ itself. Each worker process keeps its Verilated models between calls.
 import concurrent.futures
 import multiprocessing
 import os
+import time
 
 __all__ = ["LocalRunner", "DaskRunner", "make_runner", "RunnerError"]
 
 
 class RunnerError(RuntimeError):
-    """A runner that cannot start (a scheduler that does not answer, say)."""
+    """A runner that cannot start (a scheduler that does not answer, say), or a Dask cluster left without
+    workers while jobs wait."""
 
 
 class LocalRunner:
@@ -61,6 +63,9 @@ class DaskRunner:
     """A Dask ``distributed`` cluster: ``scheduler`` (``tcp://HOST:8786``) or a ``LocalCluster`` of ``workers``
     single-threaded processes. Workers need Tilewright installed (the same version) and a C++ compiler."""
 
+    #: Seconds a cluster may have no worker while jobs wait before :meth:`wait_any` gives up.
+    PATIENCE = 120
+
     def __init__(self, scheduler=None, workers=None, timeout=10):
         from distributed import Client, LocalCluster
         self._cluster = None
@@ -74,7 +79,8 @@ class DaskRunner:
         except (OSError, TimeoutError) as e:
             if self._cluster is not None:
                 self._cluster.close()
-            raise RunnerError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+            raise RunnerError(f"cannot reach the Dask scheduler at {scheduler}: {e}" if scheduler else
+                              f"cannot start a Dask LocalCluster: {e}") from None
         self._scheduler = scheduler
 
     @property
@@ -91,11 +97,22 @@ class DaskRunner:
         # pure=False: the same candidates submitted twice (a retry) are measured twice, not deduplicated
         return self._client.submit(fn, *args, pure=False, **kwargs)
 
-    @staticmethod
-    def wait_any(futures):
-        """The done ones of ``futures``, after waiting for at least one."""
+    def wait_any(self, futures):
+        """The done ones of ``futures``, after waiting for at least one; RunnerError when the cluster has had no
+        worker for :attr:`PATIENCE` seconds (its jobs would wait for ever)."""
         from distributed import wait
-        return wait(futures, return_when="FIRST_COMPLETED").done
+        alone_since = None
+        while True:
+            try:
+                return wait(futures, timeout=5, return_when="FIRST_COMPLETED").done
+            except TimeoutError:
+                if self._client.scheduler_info().get("workers"):
+                    alone_since = None
+                elif alone_since is None:
+                    alone_since = time.monotonic()
+                elif time.monotonic() - alone_since > self.PATIENCE:
+                    raise RunnerError(f"the Dask cluster has had no worker for {self.PATIENCE} s; its jobs are "
+                                      f"lost (start workers and run again)") from None
 
     def describe(self):
         where = f"scheduler {self._scheduler}" if self._scheduler else "a local Dask cluster"

@@ -36,14 +36,22 @@ _LATER_FIELDS = ("group_channels", "residual_scale", "scaled_residual")
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """One operator shape (``op`` with its packed ``spec``) on one config."""
+    """One operator shape (``op`` with its packed ``spec``) on one config, measured with the RTL's DRAM
+    answering as ``memory`` (a :class:`~tilewright.sim.fast.DramTiming`, a board's SDRAM say; None: the
+    harness's default, a bus beat a cycle)."""
     op: str
     spec: object
     config: object
+    memory: object = None
 
     def __post_init__(self):
+        from tilewright.sim.fast import DramTiming
         if self.op not in _OPS:
             raise ValueError(f"no search space for operator {self.op!r}; tunable: {', '.join(_OPS)}")
+        if self.memory is not None and not isinstance(self.memory, DramTiming):
+            raise ValueError(f"memory must be a DramTiming or None, not {self.memory!r}")
+        if self.memory == DramTiming():     # (the default, spelt out: the same task as None, the same records)
+            object.__setattr__(self, "memory", None)
         object.__setattr__(self, "config", load_config(self.config))
 
     @property
@@ -106,21 +114,37 @@ class Task:
             tensors[name] = pack_bias(rng.integers(low, high, channels, dtype=np.int32), c.batch, c.block_out)
         return tensors
 
+    @property
+    def memory_json(self):
+        """``memory`` as a tuning record holds it (None for the default DRAM: records from before kept it so)."""
+        return dataclasses.asdict(self.memory) if self.memory is not None else None
+
+    def bandwidth(self):
+        """The DRAM bytes a cycle a stream gets, on this task's memory."""
+        from tilewright.sim.fast import DramTiming
+        return (self.memory or DramTiming()).bandwidth(self.config.bus_bytes)
+
     def to_json(self):
-        return {"op": self.op, "spec": dataclasses.asdict(self.spec), "config": dataclasses.asdict(self.config)}
+        d = {"op": self.op, "spec": dataclasses.asdict(self.spec), "config": dataclasses.asdict(self.config)}
+        if self.memory is not None:
+            d["memory"] = self.memory_json
+        return d
 
     @classmethod
     def from_json(cls, d):
         """The task of a :meth:`to_json` dict (a tuning record)."""
         from tilewright.config import HwConfig
+        from tilewright.sim.fast import DramTiming
         spec = dict(d["spec"])
         if "kernel" in spec:
             spec["kernel"] = tuple(spec["kernel"])
-        return cls(d["op"], _OPS[d["op"]][0](**spec), HwConfig(**d["config"]))
+        memory = DramTiming(**d["memory"]) if d.get("memory") else None
+        return cls(d["op"], _OPS[d["op"]][0](**spec), HwConfig(**d["config"]), memory)
 
 
-def parse_layer(text, config):
-    """A :class:`Task` from ``conv2d:N,C,H,W,O,K,S,P``, ``dense:N,K,M`` or a ResNet-18 layer name (``C2``…``C11``).
+def parse_layer(text, config, memory=None):
+    """A :class:`Task` (measured with DRAM timing ``memory``) from ``conv2d:N,C,H,W,O,K,S,P``, ``dense:N,K,M``
+    or a ResNet-18 layer name (``C2``…``C11``).
 
     Channel and batch counts are rounded up to the config's blocks, as the runtime pads them.
     """
@@ -129,7 +153,7 @@ def parse_layer(text, config):
     cfg = load_config(config)
     resnet = [name for name, *_ in RESNET18]
     if text in resnet:
-        return Task("conv2d", resnet18_layer(text, cfg), cfg)
+        return Task("conv2d", resnet18_layer(text, cfg), cfg, memory)
     op, _, args = text.partition(":")
     forms = {"conv2d": "conv2d:N,C,H,W,O,K,S,P", "dense": "dense:N,K,M"}
     try:
@@ -147,12 +171,12 @@ def parse_layer(text, config):
                               (k, k), s, p, mul=3, shift=12, relu=True)
         if spec.out_height < 1 or spec.out_width < 1:
             raise LayerSpecError(f"layer {text!r}: a {k}x{k} kernel does not fit a {h}x{w} input padded by {p}")
-        return Task("conv2d", spec, cfg)
+        return Task("conv2d", spec, cfg, memory)
     n, k, m = values
     if min(values) < 1:
         raise LayerSpecError(f"layer {text!r}: every size must be at least 1")
     return Task("dense", ops.DenseSpec(round_up(n, cfg.batch), round_up(k, cfg.block_in), round_up(m, cfg.block_out),
-                                       mul=3, shift=10, relu=True), cfg)
+                                       mul=3, shift=10, relu=True), cfg, memory)
 
 
 # -- features ---------------------------------------------------------------------------------------
@@ -252,7 +276,7 @@ def features(task, point):
     dram = dram_bytes(task, point)
     inp, wgt, acc, uops = ops._conv_needs(spec, c, t)
     ideal = task.macs / c.macs_per_cycle
-    dram_cycles = sum(dram.values()) / c.bus_bytes
+    dram_cycles = sum(dram.values()) / task.bandwidth()
     sizes = {
         "macs": task.macs, "ideal_cycles": ideal, **{f"dram_{m}": b for m, b in dram.items()},
         "dram_cycles": dram_cycles, "roofline": max(ideal, dram_cycles), "estimate": cost.cycles,

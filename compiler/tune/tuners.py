@@ -221,12 +221,13 @@ class XGBTuner(_Tuner):
 
 TUNERS = {t.name: t for t in (XGBTuner, RandomTuner, GATuner)}
 
-_RECORD_FEATURES = {}      # (task, config fingerprint, knobs) -> features, over every tuner of the process
+_RECORD_FEATURES = {}      # (task, config fingerprint, memory, knobs) -> features, over every tuner of the process
 
 
 def _record_features(record):
     """The features of a tuning record's point (cached: the same history seeds many tuners)."""
-    key = (record["task"], record["fingerprint"], json.dumps(record["knobs"], sort_keys=True))
+    key = (record["task"], record["fingerprint"], json.dumps(record.get("memory")),
+           json.dumps(record["knobs"], sort_keys=True))
     if key not in _RECORD_FEATURES:
         _RECORD_FEATURES[key] = features(Task.from_json(record), record["knobs"])
     return _RECORD_FEATURES[key]
@@ -264,7 +265,7 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
     is called after every point.
     """
     log = log if log is not None else TuningLog()
-    design = design or design_hash(task.config)
+    design = design or design_hash(task.config, task.memory)
     space = task.space()
     if isinstance(tuner, str):
         tuner = TUNERS[tuner](task, seed=seed, **(tuner_options or {}))

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -18,11 +19,13 @@ from tilewright.cli import main
 from tilewright.compiler.ops import Conv2dSpec, DenseSpec, conv_space, conv_tiles, dense_space, dense_tiles
 from tilewright.compiler.schedule import ScheduleError
 from tilewright.compiler.tune import (FEATURES, CostModel, DaskRunner, GATuner, LayerSpecError, LocalRunner,
-                                      RandomTuner, Task, TuningLog, TuningLogError, XGBTuner, design_hash, features,
-                                      measure, parse_layer, tune)
+                                      RandomTuner, RunnerError, Task, TuningLog, TuningLogError, XGBTuner, design_hash,
+                                      features, measure, parse_layer, tune)
 from tilewright.compiler.tune.task import dram_bytes
+from tilewright.fpga.boards import get_board
 from tilewright.runtime.bench import RESNET18
 from tilewright.runtime.device import get_device
+from tilewright.sim.fast import DramTiming
 
 from tests.models import small_resnet
 
@@ -251,6 +254,44 @@ def test_dask_measures_what_the_local_runner_measures_and_survives_a_killed_work
     assert all(log.lookup(task, design, p) for p in points)
 
 
+def test_a_task_on_a_board_memory_is_measured_and_logged_as_its_own(exhaustive, tmp_path):
+    """Measured with the ULX3S's SDRAM as the RTL's DRAM, a memory-bound dense layer takes more cycles than with
+    a bus beat a cycle; its records hold the timing and a design hash of their own, read back as the same
+    task, and each memory's best schedule comes from its own records only."""
+    task, log, design = exhaustive
+    memory = get_board("ulx3s-85f").dram_timing(50)
+    slow = dataclasses.replace(task, memory=memory)
+    assert design_hash(task.config, memory) != design and slow.key == task.key
+    assert dataclasses.replace(task, memory=DramTiming()) == task      # (the default, spelt out, is no memory)
+    both = TuningLog(tmp_path / "both.jsonl", records=log.records)
+    result = tune(slow, trials=4, tuner=RandomTuner(slow, seed=3), log=both)
+    assert result.measured == 4
+    records = TuningLog(tmp_path / "both.jsonl").records
+    assert len(records) == 4 and all(r["memory"] == dataclasses.asdict(memory) for r in records)
+    assert Task.from_json(records[0]) == slow
+    for r in records:
+        assert r["cycles"] > log.lookup(task, design, r["knobs"])["cycles"]
+    best_slow, _ = both.best_schedule(slow)
+    best_fast, _ = both.best_schedule(task)
+    assert best_slow in records and best_slow["cycles"] == min(r["cycles"] for r in records)
+    assert "memory" not in best_fast and best_fast["cycles"] == min(r["cycles"] for r in log.records)
+
+
+def test_a_dask_cluster_left_without_workers_is_an_error_not_a_hang():
+    """Jobs waiting on a cluster that has lost every worker end in RunnerError once it has had none for the
+    runner's patience, instead of waiting for ever."""
+    with DaskRunner(workers=1) as runner:
+        runner.PATIENCE = 2
+        runner.client.retire_workers(close_workers=True)
+        deadline = time.monotonic() + 30
+        while runner.client.scheduler_info().get("workers"):
+            assert time.monotonic() < deadline, "a retired worker came back"
+            time.sleep(0.2)
+        future = runner.submit(sum, [1, 2])
+        with pytest.raises(RunnerError, match="no worker for 2 s"):
+            runner.wait_any([future])
+
+
 # -- command line -------------------------------------------------------------------------------------
 
 def test_tune_layers_then_compile_a_model_with_the_log(tmp_path, capsys):
@@ -280,6 +321,8 @@ def test_tune_layers_then_compile_a_model_with_the_log(tmp_path, capsys):
     (["tune", "nosuch.onnx", "--config", "tiny"], "no such file"),
     (["tune", "--layer", "C2", "--config", "tiny", "--scheduler", "tcp://127.0.0.1:9"], "cannot reach the Dask"),
     (["compile", "nosuch.onnx", "--config", "tiny", "--tuning-log", "nosuch.jsonl", "-o", "x.twm"], "nosuch"),
+    (["compile", "m.onnx", "--config", "tiny", "--memory", "ulx3s-85f", "-o", "x.twm"], "give --tuning-log too"),
+    (["tune", "--layer", "C2", "--config", "tiny", "--memory", "icebreaker"], "icebreaker has no SDRAM model"),
 ])
 def test_bad_tuning_input_is_one_line(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

@@ -2,6 +2,7 @@
 for the ULX3S-85F, RTL cycles with the board's SDRAM) that a second run and a killed run resume."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -10,24 +11,41 @@ import pytest
 from tilewright.cli import main
 from tilewright.compiler.tune import LocalRunner
 from tilewright.config import load_config
-from tilewright.fpga.codesign import RESOURCES, SearchError, SearchLog, candidates, pareto_front, search
+from tilewright.runtime.model import load_model
+from tilewright.fpga.codesign import (RESOURCES, SearchError, SearchLog, _setting, knobs, neighbours, pareto_front,
+                                      search)
 
 DIGITS = Path(__file__).parents[2] / "examples" / "digits" / "digits_cnn.onnx"
 
 
-def test_candidates_around_a_preset():
-    """The preset first, then valid configs of one GEMM shape and buffers each, the preset's options kept; a
-    TOML of any of them loads back to the same config."""
+def _differing_knobs(a, b, ladders):
+    return [k for k in ladders if _setting(a, k) != _setting(b, k)]
+
+
+def test_neighbours_are_one_rung_of_one_knob_away():
+    """Each neighbour of a config differs from it in one knob by one rung of that knob's ladder, is valid and
+    named by its fingerprint; the preset's own values are rungs; stepping back reaches the config again."""
     base = load_config("slim")
-    pool = candidates("slim")
-    assert pool[0] is base and len({c.fingerprint for c in pool}) == len(pool) > 10
-    assert {c.block_in for c in pool} == {8, 16} and {c.gemm_lanes for c in pool} >= {0, 4, 8}
-    assert all(c.lean == base.lean and c.vector_lanes == base.vector_lanes for c in pool)
-    assert any(c.wgt_buffer_bytes > base.wgt_buffer_bytes and c.block_in == 8 for c in pool)
+    ladders = knobs(base)
+    assert all(_setting(base, k) in ladder for k, ladder in ladders.items())
+    assert ladders["gemm"] == ((8, 8, 4), (8, 8, 0), (16, 16, 8), (16, 16, 0))
+    assert ladders["wgt_buffer_bytes"] == (16384, 32768, 65536, 131072, 262144)
+    for cfg in (base, *neighbours(base, ladders, base)[:6]):
+        around = neighbours(cfg, ladders, base)
+        assert len({c.fingerprint for c in around}) == len(around) and cfg not in around
+        for other in around:
+            (knob,) = _differing_knobs(cfg, other, ladders)
+            ladder = ladders[knob]
+            assert abs(ladder.index(_setting(cfg, knob)) - ladder.index(_setting(other, knob))) == 1
+            assert other.name == ("slim" if other == base else f"dse-{other.fingerprint[:8]}")
+            assert other.lean == base.lean
+            assert cfg in neighbours(other, ladders, base)
+    assert len(neighbours(base, ladders, base)) == 12      # (two a knob; one where slim is at an end: STORE, bus)
 
 
 def test_a_config_as_toml_loads_back(tmp_path):
-    for cfg in candidates("slim")[::9]:
+    base = load_config("slim")
+    for cfg in neighbours(base, knobs(base), base):
         path = tmp_path / f"{cfg.name}.toml"
         path.write_text(cfg.toml())
         loaded = load_config(path)
@@ -69,40 +87,96 @@ class CountingRunner(LocalRunner):
         return super().submit(fn, *args, **kwargs)
 
 
+def _search(out, runner, **options):
+    return search(DIGITS.read_bytes(), "ulx3s-85f", out, runner=runner, limit=2, trials=2,
+                  **{"place": False, "finalists": 2, **options}, progress=lambda line: None)
+
+
 @pytest.fixture(scope="module")
 def small_search(tmp_path_factory):
-    """Two candidates for the digits CNN on the ULX3S-85F at 50 MHz, two workers."""
+    """Two configs for the digits CNN on the ULX3S-85F at 50 MHz, both finalists, their layers tuned (two
+    points a layer), two workers, no place and route."""
     out = tmp_path_factory.mktemp("dse")
     with CountingRunner(2) as runner:
-        summary = search(DIGITS.read_bytes(), "ulx3s-85f", out, runner=runner, limit=2, progress=lambda line: None)
+        summary = _search(out, runner)
     return out, summary, runner.submitted
 
 
-def test_a_search_measures_fits_and_resumes(small_search):
-    """Each candidate synthesised once and measured once (its output equal to fsim's); the front's latency is
-    its cycles at the clock, the winner's TOML and model are written; run again, the search measures nothing
-    and gives the same front; with its log cut after the syntheses (a search killed then), it measures again
-    but synthesises nothing."""
+def test_a_search_measures_tunes_and_resumes(small_search):
+    """The preset and one step from it, each synthesised once and measured once (outputs equal to fsim's); the
+    finalists' layers tuned with the board's SDRAM and measured again with those schedules; the front's
+    latency is the cycles at the clock; the winner's TOML, tuning records and model (with them) are written.
+    Run again, the search submits nothing and gives the same front; with its log cut after the syntheses (a
+    search killed then), it measures again but neither synthesises nor tunes."""
     out, summary, submitted = small_search
-    assert sorted(submitted) == ["cycles_job"] * 2 + ["synthesis_job"] * 2
+    finalists = len(summary["finalists"])
+    assert finalists == 2 and submitted.count("synthesis_job") == 2 and submitted.count("cycles_job") == 4
+    assert submitted.count("measure") >= finalists and set(submitted) == {"synthesis_job", "cycles_job", "measure"}
     assert summary["measured"] == 2 and summary["preset"]["config"] == "slim" and summary["front"]
-    for point in summary["front"]:
+    assert summary["rounds"][0]["from"] == "slim" and len(summary["rounds"][0]["tried"]) == 1
+    for point in summary["points"]:
         assert point["latency_s"] == pytest.approx(point["cycles"] / 50e6)
         assert all(point[k] > 0 for k in ("LUT", "FF", "DSP", "BRAM"))
-    assert load_config(out / "winner.toml").fingerprint == summary["winner"]["fingerprint"]
-    assert (out / "winner.twm").exists() and (out / "front.png").exists()
+        assert point["schedules"] == "tuned" and point["cycles"] <= point["heuristic_cycles"]
+    winner = summary["winner"]
+    assert load_config(out / "winner.toml").fingerprint == winner["fingerprint"]
+    records = [json.loads(line) for line in (out / "winner_tuning.jsonl").read_text().splitlines()]
+    assert records and all(r["fingerprint"] == winner["fingerprint"] and r["memory"] for r in records)
+    model = load_model(out / "winner.twm")
+    assert model.config.fingerprint == winner["fingerprint"]
+    assert {s["schedule"] for s in model.meta["schedules"]} == {"tuned"}
+    assert (out / "front.png").exists() and "## Winner" in (out / "summary.md").read_text()
     assert json.loads((out / "front.json").read_text())["front"] == summary["front"]
 
     with CountingRunner(2) as runner:
-        again = search(DIGITS.read_bytes(), "ulx3s-85f", out, runner=runner, limit=2, progress=lambda line: None)
+        again = _search(out, runner)
     assert runner.submitted == [] and again["front"] == summary["front"]
 
     log = out / "log.jsonl"
     lines = log.read_text().splitlines()
     log.write_text("\n".join([lines[0]] + [line for line in lines[1:] if '"synthesis"' in line]) + "\n")
     with CountingRunner(2) as runner:
-        resumed = search(DIGITS.read_bytes(), "ulx3s-85f", out, runner=runner, limit=2, progress=lambda line: None)
-    assert runner.submitted == ["cycles_job"] * 2 and resumed["front"] == summary["front"]
+        resumed = _search(out, runner)
+    assert runner.submitted == ["cycles_job"] * 4 and resumed["front"] == summary["front"]
+
+
+def test_the_winner_is_the_fastest_at_the_fmax_it_met(small_search, tmp_path):
+    """With place-and-route results in the log, the winner is the finalist whose bitstream met the clock and
+    whose cycles at its Fmax are fewest, compared with the preset at the preset's Fmax; a finalist whose seeds
+    all missed the clock is not the winner, however fast; and the next seed is placed only after one missed."""
+    out, summary, _ = small_search
+    copy = tmp_path / "dse"
+    copy.mkdir()
+    for name in ("log.jsonl", "tuning.jsonl"):
+        shutil.copyfile(out / name, copy / name)
+    points = {p["config"]: p for p in summary["points"]}
+    fast, slow = sorted(points.values(), key=lambda p: p["cycles"])
+    header = json.loads((copy / "log.jsonl").read_text().splitlines()[0])
+    log = SearchLog(copy / "log.jsonl", {k: v for k, v in header.items() if k not in ("format", "version")})
+    slim = load_config("slim")          # (the log keeps a config's name beside its key; the keys are what count)
+    # the faster config misses 50 MHz at every seed; the slower meets it at its second seed (its third is never
+    # placed: no job is submitted)
+    for s, fmax in ((1, 40.0), (2, 45.0), (3, 49.0)):
+        log.add("place", f"{fast['fingerprint']}@50#{s}", slim,
+                {"seed": s, "fmax_mhz": fmax, "met": False, "error": None, "seconds": 1})
+    for s, fmax in ((1, 48.0), (2, 61.5)):
+        log.add("place", f"{slow['fingerprint']}@50#{s}", slim,
+                {"seed": s, "fmax_mhz": fmax, "met": fmax >= 50, "error": None, "seconds": 1})
+    folder = copy / "place" / f"{slow['fingerprint']}-50MHz-seed2"
+    folder.mkdir(parents=True)
+    (folder / "top.bit").write_bytes(b"bits")
+    (folder / "report.json").write_text("{}")
+    with CountingRunner(1) as runner:
+        placed = _search(copy, runner, place=True)
+    assert runner.submitted == []
+    by_name = {p["config"]: p for p in placed["points"]}
+    assert by_name[fast["config"]]["fmax_mhz"] == 49.0 and not by_name[fast["config"]]["timing_met"]
+    assert by_name[slow["config"]]["latency_at_fmax_s"] == pytest.approx(slow["cycles"] / 61.5e6)
+    assert placed["winner"]["config"] == slow["config"] and (copy / "winner.bit").read_bytes() == b"bits"
+    # (the preset, at the Fmax its seeds reached, met or not)
+    preset_fmax = 61.5 if placed["preset"]["config"] == slow["config"] else 49.0
+    assert placed["compared_on"] == "latency_at_fmax_s" and placed["speedup_over_preset"] == pytest.approx(
+        placed["preset"]["cycles"] / preset_fmax / (slow["cycles"] / 61.5))
 
 
 def test_dse_command_errors(tmp_path, capsys):
