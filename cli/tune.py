@@ -30,7 +30,7 @@ def add_parser(sub, with_config, positive_int, non_negative_int):
 
 def _tasks(args, cfg, memory):
     """The distinct tasks of ``--layer``s, or of the model's accelerator layers."""
-    from tilewright.compiler.tune import LayerSpecError, Task, parse_layer
+    from tilewright.compiler.tune import LayerSpecError, model_tasks, parse_layer
     if bool(args.model) == bool(args.layer):
         raise CliError("give a model or --layer SPEC (not both)")
     if args.layer:
@@ -43,9 +43,7 @@ def _tasks(args, cfg, memory):
         if not Path(args.model).is_file():
             raise CliError(f"{args.model}: no such file")
         print(f"compiling {args.model} for config {cfg.name} to find its layers", flush=True)
-        model = compile_model(Path(args.model), cfg)
-        tasks = [Task("conv2d" if s.node.op == "QConv" else "dense", s.spec, cfg, memory)
-                 for s in model.steps if s.where == "accelerator"]
+        return model_tasks(compile_model(Path(args.model), cfg), memory)
     unique = {}
     for task in tasks:
         unique.setdefault(task.key, task)

@@ -428,18 +428,13 @@ class _Jobs:
 def _tune(configs, trials, model_bytes, calibration, memory, runner, path, seed, jobs, progress):
     """Each of ``configs``' accelerator layers tuned (``trials`` points, in RTL cycles with DRAM ``memory``) into
     the tuning log at ``path``: ``{fingerprint: [its records]}``."""
-    from tilewright.compiler.tune import Task, TuningLog, design_hash, tune
+    from tilewright.compiler.tune import TuningLog, design_hash, model_tasks, tune
     from tilewright.runtime.model import compile_model
     log = TuningLog(path)
     for cfg in configs:
-        model = compile_model(model_bytes, cfg, calibration=calibration)
-        tasks = {}
-        for step in model.steps:
-            if step.where == "accelerator":
-                task = Task("conv2d" if step.node.op == "QConv" else "dense", step.spec, cfg, memory)
-                tasks.setdefault(task.key, task)
+        tasks = model_tasks(compile_model(model_bytes, cfg, calibration=calibration), memory)
         design = design_hash(cfg, memory)
-        for n, task in enumerate(tasks.values(), 1):
+        for n, task in enumerate(tasks, 1):
             if jobs.out_of_time():
                 break
             result = tune(task, trials=trials, runner=runner, log=log, seed=seed, design=design,

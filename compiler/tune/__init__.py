@@ -11,9 +11,9 @@ from .log import LOG_SCHEMA, TuningLog, TuningLogError
 from .measure import design_hash, measure
 from .model import CostModel
 from .runner import DaskRunner, LocalRunner, RunnerError, make_runner
-from .task import FEATURES, LayerSpecError, Task, features, parse_layer
+from .task import FEATURES, LayerSpecError, Task, features, model_tasks, parse_layer
 from .tuners import TUNERS, GATuner, RandomTuner, TuneResult, XGBTuner, tune
 
-__all__ = ["Task", "features", "FEATURES", "parse_layer", "LayerSpecError", "measure", "design_hash",
+__all__ = ["Task", "features", "FEATURES", "parse_layer", "model_tasks", "LayerSpecError", "measure", "design_hash",
            "LocalRunner", "DaskRunner", "make_runner", "RunnerError", "TuningLog", "TuningLogError", "LOG_SCHEMA",
            "CostModel", "XGBTuner", "RandomTuner", "GATuner", "TUNERS", "tune", "TuneResult"]

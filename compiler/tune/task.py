@@ -20,7 +20,7 @@ from tilewright.config import load_config
 
 from .. import ops
 
-__all__ = ["Task", "FEATURES", "features", "dram_bytes", "parse_layer", "LayerSpecError"]
+__all__ = ["Task", "FEATURES", "features", "dram_bytes", "parse_layer", "model_tasks", "LayerSpecError"]
 
 _OPS = {"conv2d": (ops.Conv2dSpec, ops.conv_space, ops.conv_tiles, ops.conv2d),
         "dense": (ops.DenseSpec, ops.dense_space, ops.dense_tiles, ops.dense)}
@@ -140,6 +140,17 @@ class Task:
             spec["kernel"] = tuple(spec["kernel"])
         memory = DramTiming(**d["memory"]) if d.get("memory") else None
         return cls(d["op"], _OPS[d["op"]][0](**spec), HwConfig(**d["config"]), memory)
+
+
+def model_tasks(model, memory=None):
+    """The distinct tasks of a :class:`~tilewright.runtime.model.CompiledModel`'s accelerator layers, in order,
+    measured with DRAM timing ``memory``."""
+    unique = {}
+    for step in model.steps:
+        if step.where == "accelerator":
+            task = Task("conv2d" if step.node.op == "QConv" else "dense", step.spec, model.config, memory)
+            unique.setdefault(task.key, task)
+    return list(unique.values())
 
 
 def parse_layer(text, config, memory=None):
