@@ -176,8 +176,12 @@ def _memory(args):
         timing = board.dram_timing(freq)
     except BoardError as e:
         raise CliError(f"--memory {args.memory}: {e}") from None
-    print(f"DRAM: {board.name}'s {board.sdram.part} at {freq:g} MHz: read latency {timing.latency} cycles, "
-          f"{timing.bytes_per_cycle:.2f} bytes a cycle", flush=True)
+    if board.sdram is None:
+        print(f"DRAM: {board.name}'s on-chip memory: one burst at a time, read latency {timing.latency} cycles, "
+              "a beat a cycle", flush=True)
+    else:
+        print(f"DRAM: {board.name}'s {board.sdram.part} at {freq:g} MHz: read latency {timing.latency} cycles, "
+              f"{timing.bytes_per_cycle:.2f} bytes a cycle", flush=True)
     return timing
 
 

@@ -157,10 +157,14 @@ class Board:
         """How the board's SDRAM would answer the accelerator at ``freq_mhz`` (by default the board's
         clock), as the RTL harness's :class:`~tilewright.sim.fast.DramTiming`: what the co-design search
         measures cycles with, so that a memory-bound config is not flattered by the harness's default
-        DRAM (a bus beat every cycle)."""
+        DRAM (a bus beat every cycle). A board without an SDRAM runs its programs from the on-chip
+        memory the bitstream builds (:func:`tilewright.fpga.memory.harness_timing`, at any clock)."""
         if self.sdram is None:
-            raise BoardError(f"{self.name} has no SDRAM model: its programs run from on-chip memory "
-                             f"({self.mem_bytes // 1024} KB)")
+            from .memory import harness_timing
+            try:
+                return harness_timing(**self.memory_options)
+            except ValueError as e:
+                raise BoardError(f"{self.name}: no model of its on-chip memory's timing: {e}") from None
         return self.sdram.dram_timing(self.freq_mhz if freq_mhz is None else freq_mhz)
 
     @property

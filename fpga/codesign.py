@@ -152,13 +152,16 @@ def cycles_job(model_bytes, params, name, board_name, freq_mhz, calibration, inp
     from tilewright.runtime.device import forget_device
     from tilewright.runtime.model import compile_model
     cfg = HwConfig(name=name, **params)
-    memory = get_board(board_name).dram_timing(freq_mhz)
+    board = get_board(board_name)
+    memory = board.dram_timing(freq_mhz)
     started = time.monotonic()
     try:
         model = compile_model(model_bytes, cfg, calibration=calibration, memory=memory,
                               tuning_log=TuningLog(records=tuning) if tuning else None)
     except (ModelError, ProgramError, ScheduleError) as e:   # (the config's result: the model does not go on it)
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+    if board.sdram is None and (error := _too_large(model, board.mem_bytes)):
+        return {"error": error}
     try:
         expected = model.run(inputs)
         outputs, rows = model.run(inputs, backend="rtl", profile=True, memory=memory)
@@ -168,6 +171,23 @@ def cycles_job(model_bytes, params, name, board_name, freq_mhz, calibration, inp
     layers = {r["node"]: r["cycles"] for r in rows if r["cycles"]}
     return {"cycles": sum(layers.values()), "layers": layers, "seconds": time.monotonic() - started,
             "equals_fsim": all(np.array_equal(outputs[k], expected[k]) for k in expected)}
+
+
+def _too_large(model, mem_bytes):
+    """Which of ``model``'s accelerator layers a device of ``mem_bytes`` cannot run (a board that runs them
+    from on-chip memory: the layer's data, then its instructions, allocated as a device does), or None."""
+    from tilewright.compiler.program import segment_align
+    from tilewright.sim.dram import Dram, DramError
+    for step in model.steps:
+        if step.where == "accelerator":
+            dram = Dram(mem_bytes)
+            try:
+                base = dram.alloc(step.program.dram_bytes, segment_align(model.config))
+                dram.alloc(len(step.program.binary_at(base)), 64)
+            except DramError:
+                return (f"layer {step.name} needs {step.program.dram_bytes:,} bytes and its instructions, more than "
+                        f"the board's {mem_bytes // 1024} KiB of memory")
+    return None
 
 
 def place_job(board_name, params, name, out_dir, freq_mhz, seed):
@@ -349,18 +369,19 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
         measured = _measured(log, cfg)
         return measured["cycles"] / (freq_mhz * 1e6) if measured else None
 
-    # The climb: every untried config a step from the current one, then the fastest of them if it gains.
-    cost([base])
-    current, rounds = base, []
+    # The climb: every untried config a step from the current one, then the fastest of them if it gains. (The
+    # preset is costed with the first round's configs, which do not depend on it: no worker waits on it alone.)
+    current, rounds, first = base, [], [base]
     while not jobs.out_of_time():
         step = [c for c in neighbours(current, ladders, base) if c.fingerprint not in tried]
-        step = step[:max(0, limit - len(tried))] if limit is not None else step
+        step = step[:max(0, limit - len(tried) - len(first))] if limit is not None else step
         if not step:
             break
         now = latency(current)
         progress(f"round {len(rounds) + 1}: {len(step)} configs a step from {current.name} ({_shape(current)}"
                  + (f", {now * 1e3:.3f} ms)" if now else ")"))
-        cost(step)
+        cost(first + step)
+        first, now = [], latency(current)
         options = [c for c in (current, *neighbours(current, ladders, base))
                    if c.fingerprint in tried and latency(c) is not None]
         best = min(options, key=latency, default=current)
@@ -369,6 +390,7 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
         if not gains:
             break
         current = best
+    cost(first)                 # (the preset alone: a limit of one config, or no step from it)
 
     # The finalists: the fastest measured configs and the preset, tuned, then placed and routed.
     measured = sorted((c for c in tried.values() if latency(c) is not None), key=latency)

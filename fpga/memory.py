@@ -20,7 +20,21 @@ from tilewright.hw.register_slice import AxiRegisterSlice, slice_channel
 
 from .bridge import HostPortSignature
 
-__all__ = ["OnChipMemory"]
+__all__ = ["OnChipMemory", "READ_LATENCY", "harness_timing"]
+
+#: Cycles from a read burst's address accepted to its first beat, without the input register.
+READ_LATENCY = 2
+
+
+def harness_timing(*, ram_style=None, input_register=False, register_slice=False):
+    """How an :class:`OnChipMemory` of this layout (its keywords) answers the accelerator, as the RTL
+    harness models a DRAM (:class:`~tilewright.sim.fast.DramTiming`): one burst at a time, a beat a cycle,
+    a read's first :data:`READ_LATENCY` cycles after its address. Through the input register and the
+    register slice it takes longer, and the harness has no model of that: a ValueError."""
+    from tilewright.sim.fast import DramTiming
+    if input_register or register_slice:
+        raise ValueError("the harness models the on-chip memory without its input register and register slice")
+    return DramTiming(latency=READ_LATENCY, one_burst=True)
 
 
 class OnChipMemory(wiring.Component):

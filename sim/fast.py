@@ -34,11 +34,15 @@ class DramTiming:
     ``latency``: from a read address accepted to its first data beat.
     ``bytes_per_cycle``: what the memory moves, reads and writes together;
     None (the default) is a bus beat every cycle each way, as much as the
-    accelerator asks for. A board's memory (its width and clock against the
-    accelerator's) is :meth:`tilewright.fpga.boards.Board.dram_timing`.
+    accelerator asks for. ``one_burst``: bursts are served one at a time,
+    reads and writes taking turns, as the boards' on-chip memory serves them
+    (``latency`` then counts from the burst's start). A board's memory (its
+    width and clock against the accelerator's) is
+    :meth:`tilewright.fpga.boards.Board.dram_timing`.
     """
     latency: int = DRAM_LATENCY
     bytes_per_cycle: float = None
+    one_burst: bool = False
 
     def __post_init__(self):
         if isinstance(self.latency, bool) or not (isinstance(self.latency, numbers.Integral) and self.latency >= 0):
@@ -142,6 +146,7 @@ class FastSim:
         self._call(f"mem {dram_bytes}")
         self._call(f"latency {timing.latency}")
         self._call(f"beat {timing.beat_ticks(cfg.bus_bytes)}")
+        self._call(f"one_burst {int(timing.one_burst)}")
 
     def _call(self, line):
         if self.proc.poll() is not None:

@@ -1,9 +1,9 @@
 // Fast Verilator harness for the tilewright accelerator: no Python per cycle.
 //
 // The accelerator's AXI4 manager port is served by a DRAM model in C++ (any
-// number of outstanding bursts, responses in order, a fixed read latency, one
-// beat per cycle unless a bandwidth is set), and its AXI4-Lite registers by a
-// small manager. The host
+// number of outstanding bursts, or one at a time; responses in order, a fixed
+// read latency, one beat per cycle unless a bandwidth is set), and its
+// AXI4-Lite registers by a small manager. The host
 // talks to this process over stdin/stdout, one command per line:
 //
 //   mem SIZE                   allocate SIZE bytes of DRAM
@@ -12,6 +12,11 @@
 //                              TICKS/1024 cycles, and no beat starts while it is busy; at a beat a cycle
 //                              or slower (TICKS >= 1024) one beat at a time, reads first (0, the default:
 //                              a beat every cycle each way)
+//   one_burst 0|1              1: one burst at a time, as a board's on-chip memory (fpga/memory.py without
+//                              its input register) serves them: an address is accepted only when no burst
+//                              is in progress, reads and writes taking turns when both wait; a read's
+//                              first beat comes LATENCY cycles after its address, and the next burst may
+//                              start the cycle after a read's last beat or a write's response
 //   write ADDR PATH            copy a file into DRAM
 //   read ADDR LEN PATH         copy DRAM bytes to a file
 //   run ADDR COUNT MAXCYCLES [TRACE]
@@ -89,6 +94,11 @@ struct Harness {
     unsigned latency = 0;                // set by the host ("latency" command)
     uint64_t beat_ticks = 0;             // 1/1024 cycles of memory time per beat ("beat" command)
     uint64_t memory_free = 0;            // when the memory can move the next beat, in 1/1024 cycles
+    bool one_burst = false;              // one burst at a time ("one_burst" command)
+    bool prefer_write = false;           // (one_burst) a write goes first when both wait: a read went last
+    uint64_t burst_free = 0;             // (one_burst) the first cycle the next burst may start (NEVER: not
+                                         // known yet)
+    static constexpr uint64_t NEVER = ~uint64_t(0);
     std::deque<Burst> reads, writes;     // accepted, not finished
     unsigned read_beat = 0, write_beat = 0;
     bool write_error = false;
@@ -110,8 +120,14 @@ struct Harness {
 
     // Drive the DUT's inputs from the model state for this cycle.
     void drive() {
-        AXI(arready) = 1;
-        AXI(awready) = 1;
+        if (one_burst) {
+            bool idle = cycle >= burst_free;
+            AXI(arready) = idle && AXI(arvalid) && !(prefer_write && AXI(awvalid));
+            AXI(awready) = idle && AXI(awvalid) && !AXI(arready);
+        } else {
+            AXI(arready) = 1;
+            AXI(awready) = 1;
+        }
         bool r = !reads.empty() && reads.front().ready_cycle <= cycle && memory_ready();
         AXI(rvalid) = r;
         if (r) {
@@ -125,7 +141,8 @@ struct Harness {
             AXI(rlast) = read_beat + 1 == b.beats;
         }
         // (a memory slower than a beat a cycle moves one beat at a time: a read beat offered goes first)
-        AXI(wready) = !writes.empty() && memory_ready() && !(beat_ticks >= 1024 && r);
+        AXI(wready) = !writes.empty() && memory_ready() && !(beat_ticks >= 1024 && r)
+                      && !(one_burst && writes.front().ready_cycle > cycle);
         AXI(bvalid) = !responses.empty();
         if (!responses.empty()) {
             AXI(bid) = responses.front().first;
@@ -135,17 +152,27 @@ struct Harness {
 
     // Apply the handshakes that happen at this clock edge.
     void handshakes() {
-        if (AXI(arvalid) && AXI(arready))
+        if (AXI(arvalid) && AXI(arready)) {
             reads.push_back({AXI(araddr), unsigned(AXI(arlen)) + 1, unsigned(AXI(arid)), cycle + latency});
+            prefer_write = true;
+            // (one_burst: the memory reads a beat a cycle while R takes them, and is free two cycles after
+            // reading its last, which it does as R takes the one before)
+            burst_free = AXI(arlen) == 0 ? cycle + 3 : NEVER;
+        }
         if (AXI(rvalid) && AXI(rready)) {
             memory_moves_beat();
-            if (++read_beat == reads.front().beats) {
+            if (++read_beat + 1 == reads.front().beats) burst_free = cycle + 2;
+            if (read_beat == reads.front().beats) {
                 reads.pop_front();
                 read_beat = 0;
             }
         }
-        if (AXI(awvalid) && AXI(awready))
-            writes.push_back({AXI(awaddr), unsigned(AXI(awlen)) + 1, unsigned(AXI(awid)), 0});
+        if (AXI(awvalid) && AXI(awready)) {
+            // (one_burst: the data is taken from the next cycle on)
+            writes.push_back({AXI(awaddr), unsigned(AXI(awlen)) + 1, unsigned(AXI(awid)), cycle + 1});
+            prefer_write = false;
+            burst_free = NEVER;             // (one_burst: until its response is taken)
+        }
         if (AXI(wvalid) && AXI(wready)) {
             memory_moves_beat();
             const Burst& b = writes.front();
@@ -166,7 +193,10 @@ struct Harness {
                 write_error = false;
             }
         }
-        if (AXI(bvalid) && AXI(bready)) responses.pop_front();
+        if (AXI(bvalid) && AXI(bready)) {
+            responses.pop_front();
+            burst_free = cycle + 1;
+        }
     }
 
     void record_trace() {
@@ -281,6 +311,9 @@ int main(int argc, char** argv) {
             std::cout << "ok" << std::endl;
         } else if (cmd == "beat") {
             in >> h.beat_ticks;
+            std::cout << "ok" << std::endl;
+        } else if (cmd == "one_burst") {
+            in >> h.one_burst;
             std::cout << "ok" << std::endl;
         } else if (cmd == "write") {
             uint64_t addr;

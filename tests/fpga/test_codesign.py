@@ -180,8 +180,7 @@ def test_the_winner_is_the_fastest_at_the_fmax_it_met(small_search, tmp_path):
 
 
 def test_dse_command_errors(tmp_path, capsys):
-    for argv, message in ((["--board", "icebreaker"], "icebreaker has no SDRAM model"),
-                          (["--board", "nosuch"], "unknown board 'nosuch'"),
+    for argv, message in ((["--board", "nosuch"], "unknown board 'nosuch'"),
                           (["--board", "ulx3s-85f", "--freq", "200"], "up to 143 MHz, not 200")):
         assert main(["dse", str(DIGITS), "-o", str(tmp_path / "d"), *argv]) == 1
         assert message in capsys.readouterr().err
@@ -211,3 +210,29 @@ def test_a_log_cut_in_its_last_line_is_read(tmp_path):
     assert again.get("synthesis", "f1") and again.get("synthesis", "f2") is None
     again.add("cycles", "f1", load_config("slim"), {"cycles": 5})        # (after the cut line, which is gone)
     assert SearchLog(tmp_path / "log.jsonl", header).get("cycles", "f1") == {"cycles": 5}
+
+
+def test_a_layer_too_large_for_a_boards_memory_is_said(monkeypatch):
+    """On a board that runs its programs from on-chip memory, a config's layers must each fit it: the search's
+    check agrees with a device of that many bytes, which runs the model at the smallest size the check passes
+    and fails 64 bytes below it."""
+    from tilewright.examples.digits.demo import load_split
+    from tilewright.fpga.codesign import _too_large
+    from tilewright.runtime.device import DeviceError, FsimDevice
+    from tilewright.runtime.model import compile_model
+    from tilewright.sim.dram import DramError
+    cfg = load_config("tiny")
+    x_train, _, x_test, _ = load_split()
+    model = compile_model(DIGITS.read_bytes(), cfg, calibration=x_train[:20])
+    assert _too_large(model, 64 * 1024) is None
+    fits = next(n for n in range(64, 64 * 1024, 64) if _too_large(model, n) is None)
+    assert "needs" in _too_large(model, fits - 64)
+    expected = model.run(x_test[:1])
+    for nbytes in (fits, fits - 64):
+        monkeypatch.setattr("tilewright.runtime.model.get_device", lambda *a, **k: FsimDevice(cfg, dram_bytes=nbytes))
+        if nbytes == fits:
+            got = model.run(x_test[:1])
+            assert all(np.array_equal(got[k], expected[k]) for k in expected)
+        else:
+            with pytest.raises((DeviceError, DramError)):
+                model.run(x_test[:1])

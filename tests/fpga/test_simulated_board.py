@@ -115,7 +115,7 @@ def test_conv2d_and_dense_equal_fsim(board):
 
 def _digits_over_the_link(cfg, port):
     """The digits CNN compiled for ``cfg`` and run on one test image over ``port``: equal to fsim, with the
-    accelerator's cycle counts read over the link."""
+    accelerator's cycle counts read over the link. Returns the model and its profile's rows."""
     from tilewright.compiler.graph import load_onnx
     from tilewright.examples.digits.demo import MODEL_PATH, load_split
     from tilewright.runtime.model import compile_model
@@ -128,6 +128,7 @@ def _digits_over_the_link(cfg, port):
         np.testing.assert_array_equal(got[name], expected[name])
     accelerated = [r for r in rows if r["where"] == "accelerator"]
     assert accelerated and all(r["cycles"] > 0 for r in accelerated)
+    return model, image, rows
 
 
 def test_digits_model_equals_fsim_with_counters_over_the_link(board):
@@ -137,11 +138,16 @@ def test_digits_model_equals_fsim_with_counters_over_the_link(board):
 @pytest.mark.parametrize("board_name", ["tangnano9k", "icebreaker"])
 def test_the_small_boards_presets_run_the_digits_model_in_their_own_memory(board_name):
     """The small boards as built: the Tang Nano 9K's preset (1×1×1, no requantizing STORE) in its 32 KiB of
-    memory, the iCEBreaker's (``tiny_serial``: the serial core, one instruction per stream) in its 64 KiB."""
+    memory, the iCEBreaker's (``tiny_serial``: the serial core, one instruction per stream) in its 64 KiB.
+    The RTL harness, its DRAM answering as the board's memory does (``Board.dram_timing``: one burst at a
+    time), counts the cycles the SoC's accelerator counts with the real memory, layer by layer: the
+    co-design search's cycles for these boards."""
     board = get_board(board_name)
     cfg = PRESETS[board.config]
     with SimulatedBoard(cfg, mem_bytes=board.mem_bytes, clock_hz=board.freq_mhz * 1_000_000) as b:
-        _digits_over_the_link(cfg, b.port)
+        model, image, on_board = _digits_over_the_link(cfg, b.port)
+    _, in_harness = model.run(image, backend="rtl", profile=True, memory=board.dram_timing())
+    assert [r["cycles"] for r in in_harness] == [r["cycles"] for r in on_board]
 
 
 def test_another_configs_program_is_refused(board):

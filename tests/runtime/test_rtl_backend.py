@@ -1,5 +1,6 @@
 """The rtl backend (Verilator + C++ harness) against fsim, and the bench command."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -9,6 +10,7 @@ import tilewright
 from tilewright.cli import main
 from tilewright.runtime.bench import chrome_trace
 from tilewright.runtime.reference import conv2d_reference, dense_reference
+from tilewright.sim.fast import DramTiming
 
 
 @pytest.mark.parametrize("config", ["tiny", "small"])
@@ -112,7 +114,6 @@ def test_a_slower_dram_costs_cycles_not_results():
     """The harness's DRAM at a board's pace (a read latency, bytes a cycle for reads and writes together):
     the same output as fsim, at least the cycles its DRAM bytes take at that bandwidth, and more cycles than
     the default DRAM (a bus beat every cycle each way); the default timing given explicitly changes nothing."""
-    from tilewright.sim.fast import DramTiming
     rng = np.random.default_rng(3)
     x = rng.integers(-128, 128, (1, 16, 10, 10), dtype=np.int8)
     w = rng.integers(-128, 128, (12, 16, 3, 3), dtype=np.int8)
@@ -134,8 +135,10 @@ def test_a_slower_dram_costs_cycles_not_results():
 
 def test_a_boards_sdram_timing():
     """ULX3S's SDRAM as the harness's DRAM: 16 bits a cycle less refresh's share, a read latency that grows
-    with the clock (a row activation of fixed nanoseconds, a slower CAS latency past 100 MHz); a board
-    without one, or a clock past the part's, is a one-line error."""
+    with the clock (a row activation of fixed nanoseconds, a slower CAS latency past 100 MHz); a clock past
+    the part's is a one-line error. A board without one answers as its on-chip memory, one burst at a time
+    (its cycles against the SoC's: tests/fpga/test_simulated_board.py), but the ECP5 layout of that memory
+    (registered, sliced) has no model."""
     from tilewright.fpga.boards import BOARDS, BoardError
     board = BOARDS["ulx3s-85f"]
     timings = [board.dram_timing(f) for f in (25, 50, 75, 100, 125, 143)]
@@ -145,15 +148,16 @@ def test_a_boards_sdram_timing():
     assert board.dram_timing() == board.dram_timing(board.freq_mhz)
     with pytest.raises(BoardError, match="up to 143 MHz, not 150"):
         board.dram_timing(150)
-    with pytest.raises(BoardError, match="icebreaker has no SDRAM model"):
-        BOARDS["icebreaker"].dram_timing()
+    assert BOARDS["icebreaker"].dram_timing() == BOARDS["icebreaker"].dram_timing(12) == \
+        DramTiming(latency=2, one_burst=True)
+    with pytest.raises(BoardError, match="ulx3s-85f: no model of its on-chip memory's timing"):
+        dataclasses.replace(board, sdram=None).dram_timing()
 
 
 def test_memory_option_errors(capsys):
     for argv, message in ((["--memory", "nosuch"], "unknown board 'nosuch'"),
                           (["--memory", "ulx3s-85f@fast"], "the clock (MHz) must be a number, not 'fast'"),
                           (["--memory", "ulx3s-85f@200"], "up to 143 MHz, not 200"),
-                          (["--memory", "icebreaker"], "has no SDRAM model"),
                           (["--memory", "ulx3s-85f", "--backend", "fsim"], "is for --backend rtl")):
         assert main(["bench", "resnet18", "--layers", "C11", *argv]) == 1
         assert message in capsys.readouterr().err
