@@ -10,7 +10,7 @@ __all__ = ["add_parser"]
 def cmd_dse(args):
     from tilewright.compiler.tune import RunnerError, make_runner
     from tilewright.fpga.boards import BoardError, get_board
-    from tilewright.fpga.codesign import SearchError, search
+    from tilewright.fpga.codesign import OUTPUTS, SearchError, search
 
     from . import CliError, _model_errors
     try:
@@ -48,8 +48,7 @@ def cmd_dse(args):
             print(f"interrupted: {Path(args.output) / 'log.jsonl'} keeps every finished result; the same command "
                   f"resumes the search", file=sys.stderr, flush=True)
             return 130
-    for name in ("summary.md", "front.json", "front.png", "winner.toml", "winner.twm", "winner_tuning.jsonl",
-                 "winner.bit", "winner_report.json"):
+    for name in OUTPUTS:
         if (Path(args.output) / name).exists():
             print(f"wrote {Path(args.output) / name}")
     placed = not args.no_place and summary["finalists"]

@@ -60,6 +60,11 @@ GEMMS = ((8, 8, 4), (8, 8, 0), (16, 16, 8), (16, 16, 0))
 #: search from buying a fraction of a percent with more logic.)
 MIN_GAIN = 0.01
 
+#: What a search writes besides its logs, the winner's bitstream named as its board's build names it (ECP5
+#: ``.bit``, iCE40 ``.bin``, Gowin ``.fs``).
+OUTPUTS = ("summary.md", "front.json", "front.png", "winner.toml", "winner.twm", "winner_tuning.jsonl",
+           "winner.bit", "winner.bin", "winner.fs", "winner_report.json")
+
 
 class SearchError(RuntimeError):
     """A search that cannot go on (a file that is not a model of one input, a log of another search, an
@@ -559,9 +564,9 @@ def _summarise(log, tried, final, rounds, board, freq_mhz, place_freq_mhz, trial
                "speedup_over_preset": preset[compared_on] / winner[compared_on] if preset and winner else None,
                "latency": "latency_s: the accelerator layers' cycles at the search's clock; latency_at_fmax_s: at "
                           "the Fmax place and route reached (host layers not counted)"}
-    for name in ("front.png", "winner.toml", "winner.twm", "winner.bit", "winner_report.json",
-                 "winner_tuning.jsonl", "summary.md"):       # (none of an earlier run's stays behind)
-        (out / name).unlink(missing_ok=True)
+    for name in OUTPUTS:       # (none of an earlier run's stays behind)
+        if name != "front.json":
+            (out / name).unlink(missing_ok=True)
     (out / "front.json").write_text(json.dumps(summary, indent=2))
     if points:
         _plot(points, front, preset, out / "front.png")
@@ -584,7 +589,8 @@ def _summarise(log, tried, final, rounds, board, freq_mhz, place_freq_mhz, trial
 
 
 def _winner_files(winner, tried, log, out, model_bytes, calibration, memory, place_freq_mhz, seeds):
-    """``winner.toml``, its tuning records, its compiled model (with them) and the bitstream that met timing."""
+    """``winner.toml``, its tuning records, its compiled model (with them) and the bitstream that met timing
+    (``winner.bit``, ``.bin`` or ``.fs``, as the board's build names it) with its report."""
     from tilewright.compiler.tune import TuningLog
     from tilewright.runtime.model import compile_model
     cfg = next(c for c in tried if c.fingerprint == winner["fingerprint"])
@@ -599,9 +605,11 @@ def _winner_files(winner, tried, log, out, model_bytes, calibration, memory, pla
         if place_freq_mhz is not None else None
     if good:
         folder = _place_folder(out, cfg, place_freq_mhz, good["seed"])
-        if not (folder / "top.bit").exists():
-            return f"no winner.bit: {folder / 'top.bit'} is not on this machine (placed by a remote worker?)"
-        shutil.copyfile(folder / "top.bit", out / "winner.bit")
+        try:
+            bitstream = folder / Path(json.loads((folder / "report.json").read_text())["bitstream"]).name
+            shutil.copyfile(bitstream, out / f"winner{bitstream.suffix}")
+        except (OSError, ValueError, KeyError):
+            return f"no winner bitstream: the build in {folder} is not on this machine (placed by a remote worker?)"
         shutil.copyfile(folder / "report.json", out / "winner_report.json")
     return None
 

@@ -165,7 +165,7 @@ def test_the_winner_is_the_fastest_at_the_fmax_it_met(small_search, tmp_path):
     folder = copy / "place" / f"{slow['fingerprint']}-50MHz-seed2"
     folder.mkdir(parents=True)
     (folder / "top.bit").write_bytes(b"bits")
-    (folder / "report.json").write_text("{}")
+    (folder / "report.json").write_text(json.dumps({"bitstream": "/elsewhere/top.bit"}))
     with CountingRunner(1) as runner:
         placed = _search(copy, runner, place=True)
     assert runner.submitted == []
