@@ -10,7 +10,7 @@ from tilewright.isa import ErrorCode, Opcode
 
 from .axi import AxiWriteSignature
 from .dma import RowWriter
-from .pipe import pipe
+from .pipe import pipe, replicas
 from .sequencer import CommandSignature, Sequencer, TokenPort
 from .sram import sram_shape
 from .transfer_check import TransferCheck
@@ -262,19 +262,33 @@ class StoreUnit(wiring.Component):
         if passes > 1:
             part = Signal(range(passes), reset_less=True)
             m.d.comb += last[1].eq(~insn.requant | (part == passes - 1))
+            stepping = valid[1] & ~last[1]
             with m.If(read_valid):
                 m.d.sync += [valid[1].eq(1), part.eq(0)]
-            with m.Elif(valid[1] & ~last[1]):
+            with m.Elif(stepping):
                 m.d.sync += part.eq(part + 1)
             with m.Else():
                 m.d.sync += valid[1].eq(0)
-            with m.If(valid[1] & ~last[1]):
-                m.d.sync += acc.eq(acc.as_value()[slice_bits:])
-            with m.Else():
-                m.d.sync += acc.eq(self.acc_read.data)
-            with m.If(valid[1] & insn.requant):
-                for register in (bias, scale) if scale is not None else (bias,):
-                    m.d.sync += register.eq(Cat(register.as_value()[slice_bits:], register.as_value()[:slice_bits]))
+            # Whether the entry shifts down a slice (else it loads the read port) and whether the bias and
+            # scale registers turn, each decided a cycle ahead into a register per slice: the select of every
+            # bit of these wide registers, placed by the accumulator's block RAMs across the die, is then a
+            # flip-flop nearby, not logic on the instruction's fields. (Next cycle's `valid[1] & ~last[1]`:
+            # the instruction is stable while its entries pass.)
+            ahead = read_valid | stepping
+            ahead_part = Mux(read_valid, 0, part + 1)
+            shifting = replicas(m, ahead & insn.requant & (ahead_part != passes - 1), "shifting", passes)
+            turning = replicas(m, ahead & insn.requant, "turning", passes)
+            turned = (bias, scale) if scale is not None else (bias,)
+
+            def piece(value, k):
+                return value.as_value()[k * slice_bits:(k + 1) * slice_bits]
+            for k in range(passes):
+                with m.If(shifting[k]):
+                    m.d.sync += piece(acc, k).eq(piece(acc, k + 1) if k + 1 < passes else 0)
+                with m.Else():
+                    m.d.sync += piece(acc, k).eq(piece(self.acc_read.data, k))
+                with m.If(turning[k]):
+                    m.d.sync += [piece(r, k).eq(piece(r, (k + 1) % passes)) for r in turned]
         else:
             m.d.sync += [valid[1].eq(read_valid), acc.eq(self.acc_read.data)]
             m.d.comb += last[1].eq(1)
