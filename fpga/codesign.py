@@ -127,22 +127,25 @@ def neighbours(cfg, ladders, base):
 
 def synthesis_job(board_name, params, name, out_dir):
     """Yosys synthesis of config ``params`` for ``board_name`` in ``out_dir``: ``{"resources": {kind: used},
-    "fits": bool, "seconds"}``. (Runs in a runner's worker. A tool that fails raises: that is no result of
-    the candidate's, and the log does not keep it.)"""
+    "fits": bool, "seconds"}``, and for a design that does not fit, ``"over"``: what it needs more of than the
+    board has. (Runs in a runner's worker. A tool that fails raises: that is no result of the candidate's, and
+    the log does not keep it.)"""
     from tilewright.fpga.build import BuildError, build_bitstreams
     cfg = HwConfig(name=name, **params)
     started = time.monotonic()
     (Path(out_dir) / "report.json").unlink(missing_ok=True)      # (an earlier, interrupted search's)
+    over = {}
     try:
         report = build_bitstreams(board_name, config=cfg, out_dirs=[out_dir], place=False, progress=lambda line: None)[0]
-    except BuildError:
+    except BuildError as e:
         # (a design that does not fit has its report, every resource's use against the board's, written)
         report = json.loads((Path(out_dir) / "report.json").read_text()) if (Path(out_dir) / "report.json").exists() \
             else None
         if not (report and report.get("ok") is False and "synthesis" in report):
             raise
+        over = {"over": str(e).partition(": ")[2]}
     used = {kind: v["used"] for kind, v in report["synthesis"].items()}
-    return {"resources": used, "fits": report.get("ok", True) is not False, "seconds": time.monotonic() - started}
+    return {"resources": used, "fits": report.get("ok", True) is not False, **over, "seconds": time.monotonic() - started}
 
 
 def cycles_job(model_bytes, params, name, board_name, freq_mhz, calibration, inputs, tuning=None):
@@ -503,7 +506,7 @@ def _said(kind, result):
         return f"{kind} failed: {result['error']}"
     if kind == "synthesis":
         used = ", ".join(f"{k} {v}" for k, v in result["resources"].items() if k in RESOURCES + ("FF",))
-        return f"{used}{'' if result['fits'] else ' (does not fit)'}"
+        return f"{used}{'' if result['fits'] else ' (does not fit: ' + result['over'] + ')'}"
     if kind == "place":
         reached = f"Fmax {result['fmax_mhz']:g} MHz" if result["fmax_mhz"] else "no Fmax"
         return f"seed {result['seed']}: {reached}{'' if result['met'] else ' (not met)'}"
@@ -620,7 +623,7 @@ def _why_not(log, cfg):
         return "not costed (budget, or its job was lost)"
     if not synth.get("fits"):
         used = ", ".join(f"{k} {v}" for k, v in synth["resources"].items() if k in RESOURCES)
-        return f"does not fit ({used})"
+        return f"does not fit: {synth['over']}" if "over" in synth else f"does not fit ({used})"
     cycles = log.get("cycles", cfg.fingerprint)
     if cycles is None:
         return "not measured (budget, or its job was lost)"

@@ -236,3 +236,15 @@ def test_a_layer_too_large_for_a_boards_memory_is_said(monkeypatch):
         else:
             with pytest.raises((DeviceError, DramError)):
                 model.run(x_test[:1])
+
+
+def test_a_config_that_does_not_fit_says_what_it_needs(tmp_path):
+    """The iCEBreaker's preset with a 64-bit bus: its LUTs fit the UP5K, but not with the flip-flops that share
+    no logic cell with a LUT; the search's result says so, not just the LUT count."""
+    from tilewright.fpga.boards import get_board
+    from tilewright.fpga.codesign import synthesis_job
+    cfg = load_config("tiny_serial").replace(dram_bus_width=64, name="tiny_serial_wide")
+    result = synthesis_job("icebreaker", cfg.params(), cfg.name, str(tmp_path))
+    cells = get_board("icebreaker").resources["LUT"]
+    assert not result["fits"] and result["resources"]["LUT"] <= cells
+    assert result["over"].startswith("logic cells") and result["over"].endswith(f"{cells} available")
