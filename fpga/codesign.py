@@ -60,6 +60,10 @@ GEMMS = ((8, 8, 4), (8, 8, 0), (16, 16, 8), (16, 16, 0))
 #: search from buying a fraction of a percent with more logic.)
 MIN_GAIN = 0.01
 
+#: Tuning points measured a batch at a time, each batch learnt whole (``tune(sync=True)``): what the finalists'
+#: tuning finds then depends on the seed, not on how many workers measure it.
+TUNING_BATCH = 8
+
 #: What a search writes besides its logs, the winner's bitstream named as its board's build names it (ECP5
 #: ``.bit``, iCE40 ``.bin``, Gowin ``.fs``).
 OUTPUTS = ("summary.md", "front.json", "front.png", "winner.toml", "winner.twm", "winner_tuning.jsonl",
@@ -468,7 +472,7 @@ def _tune(configs, trials, model_bytes, calibration, memory, runner, path, seed,
             if jobs.out_of_time():
                 break
             result = tune(task, trials=trials, runner=runner, log=log, seed=seed, design=design,
-                          tuner_options={"history": log.records})
+                          batch=TUNING_BATCH, sync=True, tuner_options={"history": log.records})
             if result.best:
                 progress(f"  {cfg.name} [{n}/{len(tasks)}] {task.name}: {result.best['cycles']:,} cycles tuned"
                          + (f", {result.speedup:.3f}x the heuristic's" if result.speedup else ""))
@@ -568,8 +572,7 @@ def _summarise(log, tried, final, rounds, board, freq_mhz, place_freq_mhz, trial
                "latency": "latency_s: the accelerator layers' cycles at the search's clock; latency_at_fmax_s: at "
                           "the Fmax place and route reached (host layers not counted)"}
     for name in OUTPUTS:       # (none of an earlier run's stays behind)
-        if name != "front.json":
-            (out / name).unlink(missing_ok=True)
+        (out / name).unlink(missing_ok=True)
     (out / "front.json").write_text(json.dumps(summary, indent=2))
     if points:
         _plot(points, front, preset, out / "front.png")

@@ -18,7 +18,6 @@ arrive, and the best point is returned.
 """
 
 import json
-import math
 import time
 
 import numpy as np
@@ -251,7 +250,7 @@ class TuneResult:
 
 
 def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0, design=None, progress=None,
-         include_default=True, target=None, tuner_options=None, measure_fn=measure):
+         include_default=True, target=None, tuner_options=None, measure_fn=measure, sync=False):
     """Tune ``task`` until ``trials`` of its points are measured, choosing them with ``tuner`` (a name of
     :data:`TUNERS` or an instance).
 
@@ -259,7 +258,10 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
     this task and design count as measured, so a run resumes where an earlier one stopped. ``runner``
     (default: this process) runs ``measure_fn`` (:func:`~.measure.measure`) on each point, up to ``batch``
     at a time (default: twice the runner's parallelism); whenever no more than half of them are left
-    running, the tuner proposes more from all results so far. With ``include_default`` the
+    running, the tuner proposes more from all results so far. With ``sync`` it proposes a whole batch
+    once the last is measured, and learns the batch's results in the order it proposed them: the points
+    measured then depend on the seed and ``batch`` alone, not on how many workers measure them or which
+    finishes first (at the cost of workers idle at each batch's end). With ``include_default`` the
     heuristic's point is measured first, so the best found is never slower than it. The run stops early
     once a point takes at most ``target`` cycles. ``progress(done, trials, best_cycles, measured_per_second)``
     is called after every point.
@@ -298,15 +300,18 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
     tuner.update(list(known), [r["cycles"] for r in known.values()])
 
     # The queue stays full: whenever no more than half a batch is being measured, the tuner proposes
-    # more (from everything measured so far), so no worker waits on a slow point.
+    # more (from everything measured so far), so no worker waits on a slow point. (In step, `sync`: a
+    # batch at a time.)
     pending = {}                                    # future -> index
+    arrived = []                                    # results not learnt yet: (index, result)
+    proposed = {}                                   # index -> the order it was proposed in
 
     def finished():
         return counts["done"] + len(pending) >= trials or (target and best and best["cycles"] <= target)
 
     first = include_default and default_index not in tuner.measured
     while True:
-        if len(pending) <= batch // 2 and not finished():
+        if len(pending) <= (0 if sync else batch // 2) and not finished():
             room = min(batch - len(pending), trials - counts["done"] - len(pending))
             indices = tuner.propose(room - first)
             if first:
@@ -322,22 +327,26 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
                     pending[_Done(measure_fn(task, [space.point(i)]))] = i
                 else:
                     pending[runner.submit(measure_fn, task, [space.point(i)])] = i
+                proposed[i] = len(proposed)
             if not indices and not pending:
                 break               # (the whole valid space is measured)
             if not pending:
                 continue
         if not pending:
             break
-        done = _wait_any(runner, list(pending))
-        for future in done:
+        for future in _wait_any(runner, list(pending)):
             i = pending.pop(future)
-            result = _result(future, space.point(i))
+            arrived.append((i, _result(future, space.point(i))))
+        if sync and pending:
+            continue
+        for i, result in sorted(arrived, key=lambda a: proposed[a[0]]) if sync else arrived:
             if result.get("lost"):      # (a dead worker says nothing of the point: not learnt, logged or cached)
                 tuner.in_flight.discard(i)
                 account(result, "measured")
             else:
                 tuner.update([i], [result["cycles"]])
                 account(log.append(task, design, space.hash, result, tuner.name), "measured")
+        arrived = []
     default = log.lookup(task, design, space.point(default_index), space.hash)
     return TuneResult(task, best, default, counts["measured"], counts["cached"], counts["failed"],
                       time.perf_counter() - started, first_error)

@@ -150,7 +150,6 @@ def test_the_cost_model_refuses_an_unknown_objective_and_predicting_untrained():
 def test_tuners_propose_each_valid_point_once_and_find_the_optimum(exhaustive, tuner):
     task, log, design = exhaustive
     valid = task.space().valid()
-    optimum = min(r["cycles"] for r in log.task_records(task, design) if r["cycles"])
     proposer = tuner(task, seed=3)
     seen = []
     while True:
@@ -360,6 +359,39 @@ class _FlakyRunner:
     @staticmethod
     def wait_any(futures):
         return futures
+
+
+class _ShuffledRunner:
+    """Measurements in this process that finish in a random order, a random number at a time, as on workers."""
+
+    def __init__(self, measure_fn, parallelism, seed):
+        self.measure_fn, self.parallelism, self.rng = measure_fn, parallelism, np.random.default_rng(seed)
+        self.calls = {}
+
+    def submit(self, fn, *args):
+        import concurrent.futures
+        future = concurrent.futures.Future()
+        self.calls[future] = args
+        return future
+
+    def wait_any(self, futures):
+        done = [futures[k] for k in self.rng.permutation(len(futures))[:self.rng.integers(1, len(futures) + 1)]]
+        for future in done:
+            future.set_result(self.measure_fn(*self.calls.pop(future)))
+        return done
+
+
+def test_batches_in_step_measure_the_same_points_on_any_workers(exhaustive):
+    """With ``sync`` the tuner learns each batch whole, in the order it proposed it: on one worker or three,
+    whatever order the points finish in, the same points are measured in the same order."""
+    task, log, design = exhaustive
+    runs = []
+    for parallelism, order in ((1, 0), (3, 1), (3, 2)):
+        fresh = TuningLog()
+        tune(task, trials=18, runner=_ShuffledRunner(log.replay(design), parallelism, order), log=fresh,
+             design=design, seed=4, batch=6, sync=True)
+        runs.append([r["knobs"] for r in fresh.records])
+    assert len(runs[0]) == 18 and runs[0] == runs[1] == runs[2]
 
 
 def test_a_lost_worker_costs_its_point_only_and_is_neither_logged_nor_learnt(exhaustive):
