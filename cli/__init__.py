@@ -177,8 +177,8 @@ def _memory(args):
     except BoardError as e:
         raise CliError(f"--memory {args.memory}: {e}") from None
     if board.sdram is None:
-        print(f"DRAM: {board.name}'s on-chip memory: one burst at a time, read latency {timing.latency} cycles, "
-              "a beat a cycle", flush=True)
+        print(f"DRAM: {board.name}'s on-chip memory (its timing is the same at any clock): one burst at a time, "
+              f"read latency {timing.latency} cycles, a beat a cycle", flush=True)
     else:
         print(f"DRAM: {board.name}'s {board.sdram.part} at {freq:g} MHz: read latency {timing.latency} cycles, "
               f"{timing.bytes_per_cycle:.2f} bytes a cycle", flush=True)

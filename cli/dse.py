@@ -15,7 +15,7 @@ def cmd_dse(args):
     from . import CliError, _model_errors
     try:
         board = get_board(args.board)
-        board.dram_timing(args.freq)        # (no DRAM model, or a clock past it: said before any worker starts)
+        board.dram_timing(args.freq)        # (a clock past the board's SDRAM: said before any worker starts)
     except BoardError as e:
         raise CliError(str(e)) from None
     try:

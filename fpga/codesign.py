@@ -31,7 +31,6 @@ and a one-page summary, with the winner's TOML, tuning records, compiled
 model and bitstream.
 """
 
-import dataclasses
 import hashlib
 import inspect
 import json
@@ -149,7 +148,8 @@ def synthesis_job(board_name, params, name, out_dir):
             raise
         over = {"over": str(e).partition(": ")[2]}
     used = {kind: v["used"] for kind, v in report["synthesis"].items()}
-    return {"resources": used, "fits": report.get("ok", True) is not False, **over, "seconds": time.monotonic() - started}
+    return {"resources": used, "fits": report.get("ok", True) is not False, **over,
+            "seconds": time.monotonic() - started}
 
 
 def cycles_job(model_bytes, params, name, board_name, freq_mhz, calibration, inputs, tuning=None):
@@ -333,7 +333,7 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
     board = get_board(board_name)
     freq_mhz = board.freq_mhz if freq_mhz is None else freq_mhz
     place_freq_mhz = freq_mhz if place_freq_mhz is None else place_freq_mhz
-    memory = board.dram_timing(freq_mhz)                # (a board without a DRAM model fails here, at once)
+    memory = board.dram_timing(freq_mhz)                # (a clock past the board's SDRAM fails here, at once)
     base = load_config(board.config)
     ladders = knobs(base)
     out = Path(out)
@@ -481,7 +481,7 @@ def _tune(configs, trials, model_bytes, calibration, memory, runner, path, seed,
 
 def _tuning_records(log, cfg, memory):
     """The records of tuning log ``log`` for ``cfg`` measured with DRAM timing ``memory``."""
-    timing = dataclasses.asdict(memory)
+    timing = memory.to_json()
     return [r for r in log.records if r["fingerprint"] == cfg.fingerprint and r.get("memory") == timing]
 
 
@@ -564,7 +564,7 @@ def _summarise(log, tried, final, rounds, board, freq_mhz, place_freq_mhz, trial
               min(front, key=lambda p: (p["latency_s"], p["LUT"])) if front else None)
     compared_on = "latency_at_fmax_s" if met and preset and "latency_at_fmax_s" in preset else "latency_s"
     summary = {"board": board.name, "freq_mhz": freq_mhz, "place_freq_mhz": place_freq_mhz, "trials": trials,
-               "dram": dataclasses.asdict(memory), "tried": len(tried), "measured": len(points), "rounds": rounds,
+               "dram": memory.to_json(), "tried": len(tried), "measured": len(points), "rounds": rounds,
                "points": points, "front": front, "missed": missed, "preset": preset, "winner": winner,
                "finalists": [c.name for c in final], "compared_on": compared_on,
                "winner_met_timing": bool(met),

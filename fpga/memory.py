@@ -29,8 +29,9 @@ READ_LATENCY = 2
 def harness_timing(*, ram_style=None, input_register=False, register_slice=False):
     """How an :class:`OnChipMemory` of this layout (its keywords) answers the accelerator, as the RTL
     harness models a DRAM (:class:`~tilewright.sim.fast.DramTiming`): one burst at a time, a beat a cycle,
-    a read's first :data:`READ_LATENCY` cycles after its address. Through the input register and the
-    register slice it takes longer, and the harness has no model of that: a ValueError."""
+    a read's first :data:`READ_LATENCY` cycles after its address (where the RAM lies, ``ram_style``, changes
+    nothing). Through the input register and the register slice it takes longer, and the harness has no
+    model of that: a ValueError."""
     from tilewright.sim.fast import DramTiming
     if input_register or register_slice:
         raise ValueError("the harness models the on-chip memory without its input register and register slice")

@@ -13,7 +13,7 @@ import numbers
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .rtl import (BUILD_ARGS, RtlError, RunResult, _verilator_env, cache_dir, locked, through_index,
@@ -49,6 +49,14 @@ class DramTiming:
             raise ValueError(f"DRAM latency must be a whole number of cycles ≥ 0, not {self.latency!r}")
         if self.bytes_per_cycle is not None and not self.bytes_per_cycle > 0:
             raise ValueError(f"DRAM bytes per cycle must be more than 0, not {self.bytes_per_cycle!r}")
+
+    def to_json(self):
+        """The fields as a tuning record or a search's summary keeps them (``one_burst`` only when set: records
+        from before it keep matching)."""
+        fields = asdict(self)
+        if not self.one_burst:
+            del fields["one_burst"]
+        return fields
 
     def bandwidth(self, bus_bytes):
         """The DRAM bytes a cycle a stream one way gets: ``bytes_per_cycle``, or a ``bus_bytes`` beat a cycle

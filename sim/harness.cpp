@@ -31,6 +31,7 @@
 // Every constant (bus width, register offsets, AXI response codes, traced streams) comes from
 // tw_spec.h, which sim/fast.py generates from the Python spec into the build directory.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -153,11 +154,12 @@ struct Harness {
     // Apply the handshakes that happen at this clock edge.
     void handshakes() {
         if (AXI(arvalid) && AXI(arready)) {
+            // (one_burst: the memory reads a beat a cycle while R takes them, the first the cycle after the
+            // address, and is free two cycles after reading its last, which it does as R takes the one
+            // before: a one-beat read behind the last beat of another waits for R to take that)
+            burst_free = AXI(arlen) == 0 && reads.empty() ? cycle + 3 : NEVER;
             reads.push_back({AXI(araddr), unsigned(AXI(arlen)) + 1, unsigned(AXI(arid)), cycle + latency});
             prefer_write = true;
-            // (one_burst: the memory reads a beat a cycle while R takes them, and is free two cycles after
-            // reading its last, which it does as R takes the one before)
-            burst_free = AXI(arlen) == 0 ? cycle + 3 : NEVER;
         }
         if (AXI(rvalid) && AXI(rready)) {
             memory_moves_beat();
@@ -165,6 +167,8 @@ struct Harness {
             if (read_beat == reads.front().beats) {
                 reads.pop_front();
                 read_beat = 0;
+                if (!reads.empty() && reads.front().beats == 1)
+                    burst_free = std::max(cycle, reads.front().ready_cycle - latency + 1) + 2;
             }
         }
         if (AXI(awvalid) && AXI(awready)) {

@@ -117,7 +117,7 @@ class Task:
     @property
     def memory_json(self):
         """``memory`` as a tuning record holds it (None for the default DRAM: records from before kept it so)."""
-        return dataclasses.asdict(self.memory) if self.memory is not None else None
+        return self.memory.to_json() if self.memory is not None else None
 
     def bandwidth(self):
         """The DRAM bytes a cycle a stream gets, on this task's memory."""

@@ -17,6 +17,7 @@ already in the log are not measured again, results are logged as they
 arrive, and the best point is returned.
 """
 
+import itertools
 import json
 import time
 
@@ -260,8 +261,9 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
     at a time (default: twice the runner's parallelism); whenever no more than half of them are left
     running, the tuner proposes more from all results so far. With ``sync`` it proposes a whole batch
     once the last is measured, and learns the batch's results in the order it proposed them: the points
-    measured then depend on the seed and ``batch`` alone, not on how many workers measure them or which
-    finishes first (at the cost of workers idle at each batch's end). With ``include_default`` the
+    measured then depend on the seed and a ``batch`` given, not on how many workers measure them or which
+    finishes first (at the cost of workers idle at each batch's end, and of a ``target`` reached in a
+    batch waiting for the rest of it). With ``include_default`` the
     heuristic's point is measured first, so the best found is never slower than it. The run stops early
     once a point takes at most ``target`` cycles. ``progress(done, trials, best_cycles, measured_per_second)``
     is called after every point.
@@ -304,7 +306,7 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
     # batch at a time.)
     pending = {}                                    # future -> index
     arrived = []                                    # results not learnt yet: (index, result)
-    proposed = {}                                   # index -> the order it was proposed in
+    proposed, order = {}, itertools.count()         # index -> when it was proposed
 
     def finished():
         return counts["done"] + len(pending) >= trials or (target and best and best["cycles"] <= target)
@@ -327,7 +329,7 @@ def tune(task, *, trials, tuner="xgb", runner=None, log=None, batch=None, seed=0
                     pending[_Done(measure_fn(task, [space.point(i)]))] = i
                 else:
                     pending[runner.submit(measure_fn, task, [space.point(i)])] = i
-                proposed[i] = len(proposed)
+                proposed[i] = next(order)          # (a point proposed again after a lost worker: later)
             if not indices and not pending:
                 break               # (the whole valid space is measured)
             if not pending:

@@ -144,10 +144,18 @@ def test_the_small_boards_presets_run_the_digits_model_in_their_own_memory(board
     co-design search's cycles for these boards."""
     board = get_board(board_name)
     cfg = PRESETS[board.config]
+    rng = np.random.default_rng(7)
+    layers = [(tilewright.conv2d, rng.integers(-128, 128, (1, 5, 7, 7), dtype=np.int8),
+               rng.integers(-128, 128, (3, 5, 3, 3), dtype=np.int8), dict(stride=2, padding=1, mul=3, shift=9)),
+              (tilewright.dense, rng.integers(-128, 128, (1, 3), dtype=np.int8),
+               rng.integers(-128, 128, (5, 3), dtype=np.int8), dict(mul=5, shift=6, relu=True))]
     with SimulatedBoard(cfg, mem_bytes=board.mem_bytes, clock_hz=board.freq_mhz * 1_000_000) as b:
         model, image, on_board = _digits_over_the_link(cfg, b.port)
+        layer_cycles = [op(x, w, **kw, config=cfg, backend="fpga", port=b.port)[1]["cycles"] for op, x, w, kw in layers]
     _, in_harness = model.run(image, backend="rtl", profile=True, memory=board.dram_timing())
     assert [r["cycles"] for r in in_harness] == [r["cycles"] for r in on_board]
+    assert [op(x, w, **kw, config=cfg, backend="rtl", memory=board.dram_timing())[1]["cycles"]
+            for op, x, w, kw in layers] == layer_cycles
 
 
 def test_another_configs_program_is_refused(board):
