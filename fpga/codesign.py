@@ -187,18 +187,19 @@ def cycles_job(model_bytes, params, name, board_name, freq_mhz, calibration, inp
 
 def _too_large(model, mem_bytes):
     """Which of ``model``'s accelerator layers a device of ``mem_bytes`` cannot run (a board that runs them
-    from on-chip memory: the layer's data, then its instructions, allocated as a device does), or None."""
-    from tilewright.compiler.program import segment_align
-    from tilewright.sim.dram import Dram, DramError
+    from on-chip memory: placed as a device places them), or None."""
+    from tilewright.runtime.device import FsimDevice
+    from tilewright.sim.dram import DramError
+    device = FsimDevice(model.config, dram_bytes=mem_bytes)
     for step in model.steps:
         if step.where == "accelerator":
-            dram = Dram(mem_bytes)
             try:
-                base = dram.alloc(step.program.dram_bytes, segment_align(model.config))
-                dram.alloc(len(step.program.binary_at(base)), 64)
+                base, insn_addr, _ = device.place(step.program)
             except DramError:
                 return (f"layer {step.name} needs {step.program.dram_bytes:,} bytes and its instructions, more than "
                         f"the board's {mem_bytes // 1024} KiB of memory")
+            device.free(insn_addr)
+            device.free(base)
     return None
 
 

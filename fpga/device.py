@@ -48,7 +48,7 @@ class FpgaDevice(Device):
         self.info, self.run_timeout = info, run_timeout
         self.dram = Dram(info.mem_bytes)        # the allocator; contents live on the board
 
-    def alloc(self, nbytes, align=64):
+    def alloc(self, nbytes, align=None):
         try:
             return super().alloc(nbytes, align)
         except DramError:

@@ -46,6 +46,20 @@ class Device:
 
     # -- programs ------------------------------------------------------------------------
 
+    def place(self, program):
+        """Memory for ``program``: its image at the config's segment alignment, then its instructions at 64
+        bytes. Returns ``(base, insn_addr, binary)``, the binary encoded for ``base``; frees the image when the
+        instructions do not fit. (Every run places its program so; the co-design search asks it whether a
+        board's memory holds a layer.)"""
+        base = self.alloc(program.dram_bytes)
+        binary = program.binary_at(base)
+        try:
+            insn_addr = self.alloc(len(binary), align=64)
+        except BaseException:
+            self.free(base)
+            raise
+        return base, insn_addr, binary
+
     def run_program(self, program, tensors):
         """Run ``program`` with input ``tensors`` (name → packed array); returns (outputs, stats)."""
         if program.fingerprint != self.cfg.fingerprint:
@@ -54,7 +68,7 @@ class Device:
         missing = [s.name for s in program.inputs if s.name not in tensors]
         if missing:
             raise DeviceError(f"program {program.name} needs input(s) {', '.join(missing)}")
-        base = self.alloc(program.dram_bytes)
+        base, insn_addr, binary = self.place(program)
         try:
             for seg in program.segments.values():
                 if seg.role == "input":
@@ -66,15 +80,11 @@ class Device:
                     self.write(base + seg.offset, program.uop_words)
                 else:
                     self.write(base + seg.offset, np.zeros(seg.nbytes, dtype=np.uint8))
-            binary = program.binary_at(base)
-            insn_addr = self.alloc(len(binary), align=64)
-            try:
-                self.write(insn_addr, np.frombuffer(binary, dtype=np.uint8))
-                stats = self._execute(insn_addr, len(binary) // isa.INSN_BYTES)
-            finally:
-                self.free(insn_addr)
+            self.write(insn_addr, np.frombuffer(binary, dtype=np.uint8))
+            stats = self._execute(insn_addr, len(binary) // isa.INSN_BYTES)
             outputs = {s.name: self.read(base + s.offset, s.dtype, s.shape) for s in program.outputs}
         finally:
+            self.free(insn_addr)
             self.free(base)
         return outputs, stats
 
