@@ -19,7 +19,10 @@ schedule tuned (:func:`tilewright.compiler.tune.tune`, in RTL cycles with
 the board's DRAM) and are measured again with them, and are placed and
 routed by nextpnr, seed after seed until one meets the clock
 (:func:`place_job`): their latency is their cycles at the Fmax reached, and
-the winner's bitstream is one that meets timing.
+the winner's bitstream is one that meets timing. The configs the climb
+stepped through are placed too, the last first, while one could still win
+at the highest Fmax reached (:func:`_could_win`): the fastest in cycles are
+the largest, and clock lowest.
 
 Jobs run on a runner (a Dask cluster, or local processes:
 :mod:`tilewright.compiler.tune.runner`), as many at once as it has workers.
@@ -52,8 +55,9 @@ RESOURCES = ("LUT", "DSP", "BRAM")
 LOG_VERSION = 2
 
 #: The GEMM shapes the search steps through, by MACs a cycle: ``(block_in, block_out, gemm_lanes)`` (0 lanes:
-#: all of them).
-GEMMS = ((8, 8, 4), (8, 8, 0), (16, 16, 8), (16, 16, 0))
+#: all of them). 16×8 makes as many products a cycle as 16×16 at 8 lanes with half its accumulator row and
+#: weight entry: 32 KiB of weights take 32 block RAMs 1024 bits wide, 64 at 2048 bits.
+GEMMS = ((8, 8, 4), (8, 8, 0), (16, 8, 0), (16, 16, 8), (16, 16, 0))
 
 #: A step is taken when it cuts the latency by at least this much. (Cycles are exact: this only keeps the
 #: search from buying a fraction of a percent with more logic.)
@@ -85,9 +89,10 @@ def _scaled(nbytes, powers):
 
 def knobs(base):
     """The knobs the search turns around ``base`` (a board's preset), each a ladder of values (a step moves one
-    knob one rung): the GEMM (8×8 or 16×16, half its output lanes a cycle or all of them), the requantizing
-    STORE off or on, the ALU's lanes (1 to 8, and ``base``'s), the weight buffer from half to eight times
-    ``base``'s, the input and accumulator buffers from half to four times, a 64- or 128-bit DRAM bus.
+    knob one rung): the GEMM (8×8 at half its output lanes a cycle or all, 16 inputs by 8 outputs, 16×16 at
+    half or all), the requantizing STORE off or on, the ALU's lanes (1 to 8, and ``base``'s), the weight
+    buffer from half to eight times ``base``'s, the input and accumulator buffers from half to four times, a
+    64- or 128-bit DRAM bus.
     ``base``'s own values are rungs; its other options (lean loaders, soft products) are kept."""
     base = load_config(base)
 
@@ -411,12 +416,27 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
     tuning = _tune(final, trials, model_bytes, calibration, memory, runner, out / "tuning.jsonl", seed, jobs,
                    progress) if trials else {}
     jobs.run([cycles_item(c, records) for c in final if (records := tuning.get(c.fingerprint))])
+    placed = list(final)
     if place and final:
         progress(f"placing and routing {', '.join(c.name for c in final)} at {place_freq_mhz:g} MHz "
                  f"(seeds {', '.join(map(str, seeds))}, until one meets it)")
         jobs.run([place_item(c, seeds[0]) for c in final])
-    summary = _summarise(log, list(tried.values()), final, rounds, board, freq_mhz, place_freq_mhz if place else None,
-                         trials, seeds, out, model_bytes, calibration, memory, progress)
+        # Fmax in the choice: larger configs clock lower, so the configs the climb stepped through are placed
+        # too, the last first, while one could still win at the highest Fmax any placed config reached.
+        path = [tried[_fingerprint(tried, r["to"])] for r in reversed(rounds) if r["to"]]
+        while not jobs.out_of_time():
+            reached = {c.fingerprint: _placements(log, c, place_freq_mhz, seeds) for c in placed}
+            more = _could_win([c for c in path if c not in placed], placed,
+                              lambda c: _measured(log, c, trials)["cycles"], reached)[:runner.parallelism]
+            if not more:
+                break
+            progress(f"placing {', '.join(c.name for c in more)} too: fewer cycles than the winner so far needs "
+                     f"at the best Fmax reached")
+            placed += more
+            jobs.run([place_item(c, seeds[0]) for c in more])
+    summary = _summarise(log, list(tried.values()), final, placed, rounds, board, freq_mhz,
+                         place_freq_mhz if place else None, trials, seeds, out, model_bytes, calibration, memory,
+                         progress)
     summary["lost"] = jobs.lost
     return summary
 
@@ -498,6 +518,25 @@ def _measured(log, cfg, trials=0):
     return min(good, key=lambda r: r["cycles"], default=None)      # (the tuned one on a tie)
 
 
+def _fingerprint(tried, name):
+    return next(f for f, c in tried.items() if c.name == name)
+
+
+def _could_win(candidates, placed, cycles, reached):
+    """Of ``candidates``, those that could beat every config in ``placed`` that met the clock: their ``cycles``
+    (a function of a config) at the highest Fmax any placed config reached, fewer seconds than the fastest of
+    those at its Fmax. ``reached``: a placed config's fingerprint -> its placements (``place_job`` results).
+    With no Fmax reached yet, every candidate could."""
+    fmax = {c.fingerprint: max((p["fmax_mhz"] for p in reached[c.fingerprint] if p["fmax_mhz"]), default=None)
+            for c in placed}
+    highest = max((f for f in fmax.values() if f), default=None)
+    if highest is None:
+        return list(candidates)
+    best = min((cycles(c) / fmax[c.fingerprint] for c in placed
+                if any(p["met"] for p in reached[c.fingerprint])), default=float("inf"))
+    return [c for c in candidates if cycles(c) / highest < best]
+
+
 def _shape(cfg):
     lanes = f", {cfg.gemm_width} lanes" if cfg.gemm_lanes else ""
     return (f"{cfg.batch}x{cfg.block_in}x{cfg.block_out}{lanes}, wgt/inp/acc {cfg.wgt_buffer_bytes // 1024}/"
@@ -531,11 +570,11 @@ def _placements(log, cfg, place_freq_mhz, seeds):
     return [r for r in (log.get("place", _place_key(cfg, place_freq_mhz, s)) for s in seeds) if r]
 
 
-def _summarise(log, tried, final, rounds, board, freq_mhz, place_freq_mhz, trials, seeds, out, model_bytes,
+def _summarise(log, tried, final, placed, rounds, board, freq_mhz, place_freq_mhz, trials, seeds, out, model_bytes,
                calibration, memory, progress):
-    """The front, the winner's files and the summary, from what the log holds (``place_freq_mhz`` None: no
-    place and route)."""
-    finalists, points, missed = {c.fingerprint for c in final}, [], []
+    """The front, the winner's files and the summary, from what the log holds (``final``: the tuned finalists;
+    ``placed``: the configs placed and routed, unless ``place_freq_mhz`` is None)."""
+    placed_ids, points, missed = {c.fingerprint for c in placed}, [], []
     for cfg in tried:
         synth, measured = log.get("synthesis", cfg.fingerprint), _measured(log, cfg, trials)
         if not measured:
@@ -549,7 +588,7 @@ def _summarise(log, tried, final, rounds, board, freq_mhz, place_freq_mhz, trial
                  "latency_s": measured["cycles"] / (freq_mhz * 1e6),
                  **{k: synth["resources"].get(k, 0) for k in RESOURCES + ("FF",)}}
         placed = _placements(log, cfg, place_freq_mhz, seeds) \
-            if place_freq_mhz is not None and cfg.fingerprint in finalists else []
+            if place_freq_mhz is not None and cfg.fingerprint in placed_ids else []
         reached = [p["fmax_mhz"] for p in placed if p["fmax_mhz"]]
         if reached:
             point.update(fmax_mhz=max(reached), timing_met=any(p["met"] for p in placed),
@@ -567,7 +606,9 @@ def _summarise(log, tried, final, rounds, board, freq_mhz, place_freq_mhz, trial
     summary = {"board": board.name, "freq_mhz": freq_mhz, "place_freq_mhz": place_freq_mhz, "trials": trials,
                "dram": memory.to_json(), "tried": len(tried), "measured": len(points), "rounds": rounds,
                "points": points, "front": front, "missed": missed, "preset": preset, "winner": winner,
-               "finalists": [c.name for c in final], "compared_on": compared_on,
+               "finalists": [c.name for c in final],
+               "also_placed": [c.name for c in tried if c.fingerprint in placed_ids and c not in final],
+               "compared_on": compared_on,
                "winner_met_timing": bool(met),
                "speedup_over_preset": preset[compared_on] / winner[compared_on] if preset and winner else None,
                "latency": "latency_s: the accelerator layers' cycles at the search's clock; latency_at_fmax_s: at "
@@ -641,6 +682,8 @@ def _one_page(summary):
              f"equals fsim's); finalists {', '.join(summary['finalists']) or 'none'}"
              + (f", their layers tuned ({summary['trials']} points a layer)" if summary["trials"] else "")
              + (f", placed and routed for {summary['place_freq_mhz']:g} MHz" if summary["place_freq_mhz"] else "")
+             + (f"; also placed, as steps of the climb that could win at a higher Fmax: "
+                f"{', '.join(summary['also_placed'])}" if summary.get("also_placed") else "")
              + ".", "", "## Steps", ""]
     for n, r in enumerate(summary["rounds"], 1):
         lines.append(f"{n}. from {r['from']}: {len(r['tried'])} configs a step away; "

@@ -28,7 +28,7 @@ def test_neighbours_are_one_rung_of_one_knob_away():
     base = load_config("slim")
     ladders = knobs(base)
     assert all(_setting(base, k) in ladder for k, ladder in ladders.items())
-    assert ladders["gemm"] == ((8, 8, 4), (8, 8, 0), (16, 16, 8), (16, 16, 0))
+    assert ladders["gemm"] == ((8, 8, 4), (8, 8, 0), (16, 8, 0), (16, 16, 8), (16, 16, 0))
     assert ladders["wgt_buffer_bytes"] == (16384, 32768, 65536, 131072, 262144)
     for cfg in (base, *neighbours(base, ladders, base)[:6]):
         around = neighbours(cfg, ladders, base)
@@ -177,6 +177,35 @@ def test_the_winner_is_the_fastest_at_the_fmax_it_met(small_search, tmp_path):
     preset_fmax = 61.5 if placed["preset"]["config"] == slow["config"] else 49.0
     assert placed["compared_on"] == "latency_at_fmax_s" and placed["speedup_over_preset"] == pytest.approx(
         placed["preset"]["cycles"] / preset_fmax / (slow["cycles"] / 61.5))
+
+
+def test_a_step_of_the_climb_is_placed_only_while_it_could_win():
+    """A config not yet placed could win when its cycles at the highest Fmax any placed config reached take
+    less time than the fastest config that met the clock at its own Fmax; before any Fmax, every one could."""
+    from tilewright.fpga.codesign import _could_win
+    slim = load_config("slim")
+    preset, fastest, step, small = (slim.replace(name=n, wgt_buffer_bytes=b << 10)
+                                    for n, b in (("preset", 32), ("fastest", 64), ("step", 128), ("small", 16)))
+    cycles = {"preset": 37_000, "fastest": 21_000, "step": 22_000, "small": 36_000}.__getitem__
+    def placement(fmax, met):
+        return {"seed": 1, "fmax_mhz": fmax, "met": met, "error": None, "seconds": 1}
+    candidates = [step, small]
+    assert _could_win(candidates, [preset, fastest], lambda c: cycles(c.name),
+                      {preset.fingerprint: [], fastest.fingerprint: []}) == candidates
+    # the preset met the clock and reached 100 MHz (370 us); the fastest missed it, at 54: at 100 MHz the step
+    # (220 us) and the small config (360 us) could both beat the preset
+    reached = {preset.fingerprint: [placement(100.0, True)],
+               fastest.fingerprint: [placement(50.0, False), placement(54.0, False)]}
+    assert _could_win(candidates, [preset, fastest], lambda c: cycles(c.name), reached) == candidates
+    # the step then met the clock at 80 MHz (275 us): the small config, 360 us at 100 MHz, could not win
+    reached[step.fingerprint] = [placement(80.0, True)]
+    assert _could_win([small], [preset, fastest, step], lambda c: cycles(c.name), reached) == []
+    # a config whose cycles at the highest Fmax tie the best is not placed; one a cycle fewer is
+    tie = slim.replace(name="tie", acc_buffer_bytes=16 << 10)
+    ties = {"tie": 27_500}
+    assert _could_win([tie], [preset, step], lambda c: ties.get(c.name) or cycles(c.name), reached) == []
+    ties["tie"] -= 1
+    assert _could_win([tie], [preset, step], lambda c: ties.get(c.name) or cycles(c.name), reached) == [tie]
 
 
 def test_dse_command_errors(tmp_path, capsys):
