@@ -389,7 +389,7 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
 
     # The climb: every untried config a step from the current one, then the fastest of them if it gains. (The
     # preset is costed with the first round's configs, which do not depend on it: no worker waits on it alone.)
-    current, rounds, first = base, [], [base]
+    current, rounds, steps, first = base, [], [], [base]
     while not jobs.out_of_time():
         step = [c for c in neighbours(current, ladders, base) if c.fingerprint not in tried]
         step = step[:max(0, limit - len(tried) - len(first))] if limit is not None else step
@@ -408,6 +408,7 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
         if not gains:
             break
         current = best
+        steps.append(best)
     cost(first)                 # (the preset alone: a limit of one config, or no step from it)
 
     # The finalists: the fastest measured configs and the preset, tuned, then placed and routed.
@@ -423,10 +424,9 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
         jobs.run([place_item(c, seeds[0]) for c in final])
         # Fmax in the choice: larger configs clock lower, so the configs the climb stepped through are placed
         # too, the last first, while one could still win at the highest Fmax any placed config reached.
-        path = [tried[_fingerprint(tried, r["to"])] for r in reversed(rounds) if r["to"]]
         while not jobs.out_of_time():
             reached = {c.fingerprint: _placements(log, c, place_freq_mhz, seeds) for c in placed}
-            more = _could_win([c for c in path if c not in placed], placed,
+            more = _could_win([c for c in reversed(steps) if c not in placed], placed,
                               lambda c: _measured(log, c, trials)["cycles"], reached)[:runner.parallelism]
             if not more:
                 break
@@ -516,10 +516,6 @@ def _measured(log, cfg, trials=0):
                                                                                            cfg.fingerprint)]
     good = [r for r in results if r and not r.get("error") and r["equals_fsim"]]
     return min(good, key=lambda r: r["cycles"], default=None)      # (the tuned one on a tie)
-
-
-def _fingerprint(tried, name):
-    return next(f for f, c in tried.items() if c.name == name)
 
 
 def _could_win(candidates, placed, cycles, reached):
