@@ -67,12 +67,13 @@ def add_parser(sub, positive_int, non_negative_int, positive_float):
                     help="cost at most this many configs, the preset included (default: until no step gains)")
     sp.add_argument("--budget-hours", type=positive_float, help="start no new job after this")
     sp.add_argument("--finalists", type=non_negative_int, default=1,
-                    help="the fastest configs tuned and placed, besides the preset (default 1)")
+                    help="the fastest configs tuned and placed, besides the preset (default 1); the climb's steps "
+                         "are placed too while one could win")
     sp.add_argument("--trials", type=non_negative_int, default=16,
                     help="schedules measured per layer of each finalist (default 16; 0: the compiler's own)")
     sp.add_argument("--no-place", action="store_true", help="no place and route: latency at --freq only")
     sp.add_argument("--place-freq", type=positive_float, metavar="MHZ",
-                    help="the clock the finalists are placed and routed for (default --freq)")
+                    help="the clock configs are placed and routed for (default --freq)")
     sp.add_argument("--seeds", type=positive_int, nargs="+", metavar="SEED",
                     help="place-and-route seeds, tried in turn until one meets the clock (default 1 2 3)")
     sp.add_argument("--scheduler", metavar="ADDR", help="a Dask scheduler (tcp://HOST:8786) to run on")

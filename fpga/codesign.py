@@ -430,8 +430,8 @@ def search(model_bytes, board_name, out, *, freq_mhz=None, runner=None, budget_h
                               lambda c: _measured(log, c, trials)["cycles"], reached)[:runner.parallelism]
             if not more:
                 break
-            progress(f"placing {', '.join(c.name for c in more)} too: fewer cycles than the winner so far needs "
-                     f"at the best Fmax reached")
+            progress(f"placing {', '.join(c.name for c in more)} too: at the highest Fmax reached, faster than the "
+                     f"fastest config that met the clock")
             placed += more
             jobs.run([place_item(c, seeds[0]) for c in more])
     summary = _summarise(log, list(tried.values()), final, placed, rounds, board, freq_mhz,
@@ -523,14 +523,18 @@ def _could_win(candidates, placed, cycles, reached):
     (a function of a config) at the highest Fmax any placed config reached, fewer seconds than the fastest of
     those at its Fmax. ``reached``: a placed config's fingerprint -> its placements (``place_job`` results).
     With no Fmax reached yet, every candidate could."""
-    fmax = {c.fingerprint: max((p["fmax_mhz"] for p in reached[c.fingerprint] if p["fmax_mhz"]), default=None)
-            for c in placed}
+    fmax = {c.fingerprint: _best_fmax(reached[c.fingerprint]) for c in placed}
     highest = max((f for f in fmax.values() if f), default=None)
     if highest is None:
         return list(candidates)
     best = min((cycles(c) / fmax[c.fingerprint] for c in placed
-                if any(p["met"] for p in reached[c.fingerprint])), default=float("inf"))
+                if fmax[c.fingerprint] and any(p["met"] for p in reached[c.fingerprint])), default=float("inf"))
     return [c for c in candidates if cycles(c) / highest < best]
+
+
+def _best_fmax(placements):
+    """The highest Fmax of a config's placements (``place_job`` results), or None."""
+    return max((p["fmax_mhz"] for p in placements if p["fmax_mhz"]), default=None)
 
 
 def _shape(cfg):
@@ -583,18 +587,17 @@ def _summarise(log, tried, final, placed, rounds, board, freq_mhz, place_freq_mh
                  "schedules": "heuristic" if measured is heuristic else "tuned",
                  "latency_s": measured["cycles"] / (freq_mhz * 1e6),
                  **{k: synth["resources"].get(k, 0) for k in RESOURCES + ("FF",)}}
-        placed = _placements(log, cfg, place_freq_mhz, seeds) \
+        placements = _placements(log, cfg, place_freq_mhz, seeds) \
             if place_freq_mhz is not None and cfg.fingerprint in placed_ids else []
-        reached = [p["fmax_mhz"] for p in placed if p["fmax_mhz"]]
-        if reached:
-            point.update(fmax_mhz=max(reached), timing_met=any(p["met"] for p in placed),
-                         seeds={str(p["seed"]): p["fmax_mhz"] for p in placed},
-                         latency_at_fmax_s=measured["cycles"] / (max(reached) * 1e6))
+        if fmax := _best_fmax(placements):
+            point.update(fmax_mhz=fmax, timing_met=any(p["met"] for p in placements),
+                         seeds={str(p["seed"]): p["fmax_mhz"] for p in placements},
+                         latency_at_fmax_s=measured["cycles"] / (fmax * 1e6))
         points.append(point)
     front = pareto_front(points)
     preset = next((p for p in points if p["fingerprint"] == load_config(board.config).fingerprint), None)
     met = [p for p in points if p.get("timing_met")]
-    # the winner met the clock and is fastest at its Fmax; when no finalist met it (or none was placed), the
+    # the winner met the clock and is fastest at its Fmax; when no placed config met it (or none was placed), the
     # fastest at the search's clock, without a bitstream
     winner = (min(met, key=lambda p: p["latency_at_fmax_s"]) if met else
               min(front, key=lambda p: (p["latency_s"], p["LUT"])) if front else None)
@@ -619,7 +622,7 @@ def _summarise(log, tried, final, placed, rounds, board, freq_mhz, place_freq_mh
         if trouble:
             progress(trouble)
         if place_freq_mhz is not None and not met:
-            progress(f"no finalist met {place_freq_mhz:g} MHz at seeds {', '.join(map(str, seeds))}: no bitstream; "
+            progress(f"no placed config met {place_freq_mhz:g} MHz at seeds {', '.join(map(str, seeds))}: no bitstream; "
                      f"the winner below is the fastest at {freq_mhz:g} MHz")
         at = (f"{winner['latency_at_fmax_s'] * 1e3:.3f} ms at its Fmax {winner['fmax_mhz']:g} MHz"
               if compared_on == "latency_at_fmax_s" else f"{winner['latency_s'] * 1e3:.3f} ms at {freq_mhz:g} MHz")
@@ -701,7 +704,7 @@ def _one_page(summary):
     winner, preset = summary["winner"], summary["preset"]
     if winner:
         bitstream = "" if summary["winner_met_timing"] or not summary["place_freq_mhz"] else \
-            " (no finalist met the clock: no bitstream)"
+            " (no placed config met the clock: no bitstream)"
         lines += ["", "## Winner", "", f"{winner['config']} ({winner['shape']}){bitstream}: {winner['cycles']:,} cycles"
                   + (f", Fmax {winner['fmax_mhz']:g} MHz, {winner['latency_at_fmax_s'] * 1e3:.3f} ms"
                      if "fmax_mhz" in winner else "")

@@ -49,11 +49,11 @@ class Device:
     def place(self, program):
         """Memory for ``program``: its image at the config's segment alignment, then its instructions at 64
         bytes. Returns ``(base, insn_addr, binary)``, the binary encoded for ``base``; frees the image when the
-        instructions do not fit. (Every run places its program so; the co-design search asks it whether a
+        instructions do not encode or fit. (Every run places its program so; the co-design search asks it whether a
         board's memory holds a layer.)"""
         base = self.alloc(program.dram_bytes)
-        binary = program.binary_at(base)
         try:
+            binary = program.binary_at(base)
             insn_addr = self.alloc(len(binary), align=64)
         except BaseException:
             self.free(base)

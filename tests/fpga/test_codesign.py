@@ -186,26 +186,27 @@ def test_a_step_of_the_climb_is_placed_only_while_it_could_win():
     slim = load_config("slim")
     preset, fastest, step, small = (slim.replace(name=n, wgt_buffer_bytes=b << 10)
                                     for n, b in (("preset", 32), ("fastest", 64), ("step", 128), ("small", 16)))
-    cycles = {"preset": 37_000, "fastest": 21_000, "step": 22_000, "small": 36_000}.__getitem__
-    def placement(fmax, met):
-        return {"seed": 1, "fmax_mhz": fmax, "met": met, "error": None, "seconds": 1}
-    candidates = [step, small]
-    assert _could_win(candidates, [preset, fastest], lambda c: cycles(c.name),
-                      {preset.fingerprint: [], fastest.fingerprint: []}) == candidates
-    # the preset met the clock and reached 100 MHz (370 us); the fastest missed it, at 54: at 100 MHz the step
-    # (220 us) and the small config (360 us) could both beat the preset
-    reached = {preset.fingerprint: [placement(100.0, True)],
-               fastest.fingerprint: [placement(50.0, False), placement(54.0, False)]}
-    assert _could_win(candidates, [preset, fastest], lambda c: cycles(c.name), reached) == candidates
-    # the step then met the clock at 80 MHz (275 us): the small config, 360 us at 100 MHz, could not win
-    reached[step.fingerprint] = [placement(80.0, True)]
-    assert _could_win([small], [preset, fastest, step], lambda c: cycles(c.name), reached) == []
-    # a config whose cycles at the highest Fmax tie the best is not placed; one a cycle fewer is
     tie = slim.replace(name="tie", acc_buffer_bytes=16 << 10)
-    ties = {"tie": 27_500}
-    assert _could_win([tie], [preset, step], lambda c: ties.get(c.name) or cycles(c.name), reached) == []
-    ties["tie"] -= 1
-    assert _could_win([tie], [preset, step], lambda c: ties.get(c.name) or cycles(c.name), reached) == [tie]
+    counts = {"preset": 37_000, "fastest": 21_000, "step": 22_000, "small": 36_000, "tie": 27_500}
+    def cycles(cfg):
+        return counts[cfg.name]
+    def placement(seed, fmax, met):
+        return {"seed": seed, "fmax_mhz": fmax, "met": met, "error": None, "seconds": 1}
+    candidates = [step, small]
+    assert _could_win(candidates, [preset, fastest], cycles, {preset.fingerprint: [], fastest.fingerprint: []}) \
+        == candidates
+    # the preset met the clock at its second seed and reached 100 MHz there (370 us); the fastest missed it at
+    # 70 (300 us, but no bitstream): at 100 MHz the step (220 us) and the small config (360 us) could both win
+    reached = {preset.fingerprint: [placement(1, 60.0, False), placement(2, 100.0, True)],
+               fastest.fingerprint: [placement(1, 50.0, False), placement(2, 70.0, False)]}
+    assert _could_win(candidates, [preset, fastest], cycles, reached) == candidates
+    # the step then met the clock at 80 MHz (275 us): the small config, 360 us at 100 MHz, could not win
+    reached[step.fingerprint] = [placement(1, 80.0, True)]
+    assert _could_win([small], [preset, fastest, step], cycles, reached) == []
+    # a config whose cycles at the highest Fmax tie the best is not placed; one a cycle fewer is
+    assert _could_win([tie], [preset, step], cycles, reached) == []
+    counts["tie"] -= 1
+    assert _could_win([tie], [preset, step], cycles, reached) == [tie]
 
 
 def test_dse_command_errors(tmp_path, capsys):
