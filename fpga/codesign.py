@@ -622,8 +622,8 @@ def _summarise(log, tried, final, placed, rounds, board, freq_mhz, place_freq_mh
         if trouble:
             progress(trouble)
         if place_freq_mhz is not None and not met:
-            progress(f"no placed config met {place_freq_mhz:g} MHz at seeds {', '.join(map(str, seeds))}: no bitstream; "
-                     f"the winner below is the fastest at {freq_mhz:g} MHz")
+            progress(f"no placed config met {place_freq_mhz:g} MHz at seeds {', '.join(map(str, seeds))}: no "
+                     f"bitstream; the winner below is the fastest at {freq_mhz:g} MHz")
         at = (f"{winner['latency_at_fmax_s'] * 1e3:.3f} ms at its Fmax {winner['fmax_mhz']:g} MHz"
               if compared_on == "latency_at_fmax_s" else f"{winner['latency_s'] * 1e3:.3f} ms at {freq_mhz:g} MHz")
         speedup = f", {summary['speedup_over_preset']:.2f}x the preset {board.config}" if preset else ""
