@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import ErrorCode, MemType, Opcode
 
-from .core import alu_reads_one_port
+from .core import alu_port_transparent, alu_reads_one_port
 from .serial_core import core_for
 from .padded_load import LoadRequest
 from .pipe import pipe
@@ -104,7 +104,8 @@ class ComputeUnit(wiring.Component):
         # (The serial core reads no row in a cycle it writes it: its port needs no transparency.)
         acc_ra = acc_mem.read_port(transparent_for=() if c.serial_core else (acc_w,))
         # (the ALU's second port, unless it reads both rows through the first)
-        acc_rb = None if alu_reads_one_port(c) else acc_mem.read_port(transparent_for=(acc_w,))
+        acc_rb = None if alu_reads_one_port(c) else acc_mem.read_port(
+            transparent_for=(acc_w,) if alu_port_transparent(c) else ())
         # Requantizing STOREs read through a third port (tokens keep them off rows compute is writing),
         # or with `lean` through the ALU's second port between ALU instructions (without
         # `requant_store` the store stream never reads the accumulators).

@@ -51,12 +51,13 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import AluOp, ErrorCode
 
-from .dsp import ICE40_PAIR_OPERAND_BITS, ecp5_product, ice40_product_pair, is_ecp5, is_ice40, is_small_fpga
+from .dsp import (ICE40_PAIR_OPERAND_BITS, ecp5_multiply, ecp5_product, ice40_product_pair, is_ecp5, is_ice40,
+                  is_small_fpga, wrapped_product)
 from .pipe import pipe, replicas
 from .sram import acc_granularity, alu_granularity, load_granularity, sram_addr_bits, sram_shape, widened
 
 __all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "saturating_step", "soft_multiply", "OPERAND_COPIES_FROM",
-           "alu_reads_one_port"]
+           "alu_reads_one_port", "alu_port_transparent"]
 
 #: A GEMM of this many products or more copies its operand registers for each product (a stage more):
 #: its DSP blocks are spread along the DSP rows of a large FPGA.
@@ -74,6 +75,16 @@ def alu_reads_one_port(cfg):
     on `slim`).
     """
     return (cfg.vector_passes >= 3 or cfg.serial_core) and not (cfg.requant_store and cfg.lean)
+
+
+def alu_port_transparent(cfg):
+    """Whether the ALU's second accumulator port (if it has one: :func:`alu_reads_one_port`) must read a row
+    as it is written, the value being written. So it must for an ALU of one pass, which reads a micro-op's
+    rows in S1 as the write register writes; with several passes S2 waits out the write register as well
+    (a cycle more only for a micro-op reading a row the one just ahead writes). A transparent port costs a
+    compare of the addresses and a multiplexer on its every bit after the block RAMs (Yosys builds them;
+    shared with the requantizing STORE, the write address into that compare took 15.4 ns on the 85F)."""
+    return cfg.vector_passes == 1
 
 
 def product_registers_reset_less(platform):
@@ -718,14 +729,27 @@ class ComputeCore(wiring.Component):
         # `acc_row`, or `row_read` before it, holding the row read a cycle before with no GEMM in
         # flight): the block RAMs' outputs then reach one register, not three spread over
         # the core (on the 85F at 100 MHz, 11-12 ns). `s2_reads` is 0 while S2 reads its rows anew (it
-        # took its micro-op, or a stage ahead has one of them yet to write), and counts up to 3 as they
-        # come.
-        s2_reads = Signal(range(4)) if one_port else None
-        a_row = Signal(self.acc_shape, reset_less=True) if one_port else self.acc_read_a.data
+        # took its micro-op, or a stage ahead has one of them yet to write), and counts up to `rows_ready`
+        # as they come.
+        # With two ports and three passes or more (the second port is shared with the requantizing STORE)
+        # both rows enter registers too, the first port's `port_row`, the second's `b_row_read`, a cycle
+        # before the operands take them (S2 reads three cycles; a micro-op in S3 hides them): from the
+        # block RAMs straight into the operands and the MUL's DSP blocks, the route took 8.3 ns after the
+        # block RAM's 5.8 on the 85F at 90 MHz. (With two passes that cycle would show: S3 takes a
+        # micro-op every second cycle.)
+        registered_rows = one_port or passes >= 3
+        rows_ready = 3 if one_port else 2       # `s2_reads` when S2's rows are on hand
+        s2_reads = Signal(range(rows_ready + 1)) if registered_rows else None
         port_row = row_read if registered_read else acc_row     # (the register the block RAMs' read enters)
         if one_port:
+            a_row = Signal(self.acc_shape, reset_less=True)
             with m.If(s2_reads == 2):
                 m.d.sync += a_row.eq(port_row)
+            b_row = port_row
+        elif registered_rows:
+            a_row, b_row = port_row, pipe(m, self.acc_read_b.data, "b_row_read", data=True)
+        else:
+            a_row, b_row = self.acc_read_a.data, self.acc_read_b.data
         if passes > 1:
             # Whether the operand registers take S2's rows or shift a slice down, from copies a lane each
             # of registers computed from S3's next state (a select reaches every operand bit: on the 85F
@@ -734,7 +758,7 @@ class ComputeCore(wiring.Component):
             shift = per_lane(done_next, "alu_shift")
         for op, op_next, name, row, next_s2_row in (
                 (a_op, a_next, "a", a_row, next_dst),
-                (b_op, b_next, "b", port_row if one_port else self.acc_read_b.data, next_src)):
+                (b_op, b_next, "b", b_row, next_src)):
             def taking(value, lane):      # (b_op takes an immediate operand as a row)
                 return Mux(imm_operands[lane % copies_per_row], imm, value) if op is b_op else value
             if passes == 1:
@@ -758,9 +782,9 @@ class ComputeCore(wiring.Component):
             m.d.comb += stall.eq(s2_valid & ~is_gemm & x_valid & (~x_final | s2_hazard))
         else:
             # S2 reads its rows from its own registers, so no logic lies between a flip-flop and the
-            # accumulator's block RAMs: they are ready a cycle after S2 takes its micro-op, or three
-            # with one port (S3 takes `passes` cycles a micro-op, so this costs a few cycles per
-            # instruction, no more). S2 waits until its rows are on hand (`s2_reads`) and no stage
+            # accumulator's block RAMs: they are ready a cycle after S2 takes its micro-op, two with
+            # `registered_rows`, three with one port (S3 takes `passes` cycles a micro-op, so this costs a
+            # few cycles per instruction, no more). S2 waits until its rows are on hand (`s2_reads`) and no stage
             # ahead, S3, S4, S5 or the write register, has one of them yet to write (no stage can
             # gain one while S2 waits: only S2 feeds them). `stall` reaches the loops,
             # the micro-op SRAM and every S0-S2 register (on the 85F at 100 MHz, 12 ns from the
@@ -790,12 +814,18 @@ class ComputeCore(wiring.Component):
             ]
             x_busy = x_valid & ~x_final         # S3 keeps its micro-op next cycle
             hazard = (((x_busy | (x_valid & x_done)) & x_hit) | (w_valid & w_hit) | (out_valid & out_hit))
+            if not one_port:
+                # The second port is not transparent to the write port (see `alu_port_transparent`): S2 also
+                # waits while the write register writes one of its rows, so it reads the row the cycle after.
+                wr_hit = Signal(reset_less=True, name="wr_writes_s2_row")
+                m.d.sync += wr_hit.eq(out_valid & next_reads(out_dst))
+                hazard |= wr_hit
             x_busy_next = x_valid_next & ~(last_next & done_next)
             reads_anew = ~rows_stall | hazard
-            if one_port:
-                reads_next = Mux(reads_anew, 0, Mux(s2_reads == 3, 3, s2_reads + 1))
+            if registered_rows:
+                reads_next = Mux(reads_anew, 0, Mux(s2_reads == rows_ready, rows_ready, s2_reads + 1))
                 m.d.sync += s2_reads.eq(reads_next)
-                rows_next = reads_next == 3         # S2's rows on hand next cycle
+                rows_next = reads_next == rows_ready        # S2's rows on hand next cycle
             else:
                 rows_next = ~reads_anew
             stall_next = s2_valid_next & ~is_gemm & (~rows_next | x_busy_next)
@@ -926,20 +956,12 @@ class _AluLane:
         if serial_from is not None:
             product = self._serial_product(m, a_bits, b_bits, serial_from, lane)
         else:
-            # a·b mod 2**width = lo(a)·lo(b) + (lo(a)·hi(b) + hi(a)·lo(b))·2**half (mod 2**width)
-            half = width // 2
             # (``reset_less`` as the GEMM products are: see there)
-            low_product = Signal(2 * half, name=f"alu_mul_ll_{lane}", reset_less=reset_less)
-            cross = [Signal(width - half, name=f"alu_mul_{n}_{lane}", reset_less=reset_less) for n in ("lh", "hl")]
-            def multiply(x, y, n):      # (on the ECP5 unsigned halves as signed values a bit wider)
-                if dsp_operands is None:
-                    return x * y
-                return ecp5_product(m, Cat(x, 0).as_signed(), Cat(y, 0).as_signed(), name=f"alu_mul_{n}_{lane}_mult")
-            an, bn = (a_bits, b_bits) if dsp_operands is None else (v.as_unsigned() for v in dsp_operands)
-            m.d.sync += [low_product.eq(multiply(an[:half], bn[:half], "ll")),
-                         cross[0].eq(multiply(an[:half], bn[half:], "lh")),
-                         cross[1].eq(multiply(an[half:], bn[:half], "hl"))]
-            product = (low_product + ((cross[0] + cross[1]) << half))[:width]
+            factors, multiply = (a_bits, b_bits), None
+            if dsp_operands is not None:
+                factors, multiply = dsp_operands, ecp5_multiply(m, f"alu_mul_{{}}_{lane}_mult")
+            product = wrapped_product(m, *(v.as_unsigned() for v in factors), multiply=multiply,
+                                      name=f"alu_mul_{{}}_{lane}", reset_less=reset_less)
         #: What MUL, SHR and the other operations make; ``result`` is the one ``op_is`` flags.
         self.candidates = (product, shifted, other)
         self.result = self.select(op_is, *self.candidates)

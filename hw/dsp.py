@@ -17,7 +17,8 @@ block, so the RTL simulators build the plain form (``platform`` None), and
 from amaranth import C, Cat, ClockSignal, Instance, Signal, signed
 from amaranth.vendor import GowinPlatform, LatticePlatform, SiliconBluePlatform
 
-__all__ = ["is_ecp5", "is_ice40", "is_gowin", "ice40_product_pair", "ecp5_product", "ICE40_PAIR_OPERAND_BITS"]
+__all__ = ["is_ecp5", "is_ice40", "is_gowin", "ice40_product_pair", "ecp5_product", "wrapped_product", "ecp5_multiply",
+           "ICE40_PAIR_OPERAND_BITS"]
 
 #: Operand width of each of the two products an iCE40 SB_MAC16 makes in its 8×8 mode.
 ICE40_PAIR_OPERAND_BITS = 8
@@ -100,3 +101,40 @@ def ecp5_product(m, a, b, *, name):
         i_RST1=0, i_RST2=0, i_RST3=0, **pins)
     m.d.comb += product.eq(out[len(out) - len(product):])
     return product
+
+
+def wrapped_product(m, a, b, *, name, multiply=None, reset_less=False):
+    """``a·b mod 2**len(a)`` from products of halves registered apart from their sum (no adder follows a
+    multiplier in one cycle). ``a`` is taken as unsigned. A signed ``b`` of at most half the bits makes two
+    products, ``lo(a)·b + hi(a)·b·2**half``; any other ``b``, extended (or cut) to the width of ``a``,
+    three, ``lo(a)·lo(b) + (lo(a)·hi(b) + hi(a)·lo(b))·2**half``. ``multiply(x, y, part)`` makes each
+    product (by default ``x * y``; a DSP block's: :func:`ecp5_multiply`) of an unsigned half of ``a`` and
+    a half of ``b``, or ``b`` itself; its register is named ``name.format(part)``. ``reset_less`` as
+    :func:`~.core.product_registers_reset_less` says. Returns the sum of the registers (combinational, a
+    cycle after ``multiply``'s inputs)."""
+    width = len(a)
+    half = width // 2
+    a = a.as_unsigned()
+    if len(b) <= half and b.shape().signed:
+        factors = {"l": (a[:half], b, 0), "h": (a[half:], b, half)}
+    else:
+        wide = Signal(width, name=name.format("b"))       # (``b`` extended as its sign says, or cut)
+        m.d.comb += wide.eq(b)
+        factors = {"ll": (a[:half], wide[:half], 0), "lh": (a[:half], wide[half:], half),
+                   "hl": (a[half:], wide[:half], half)}
+    at = {}     # the registered products by the power of two they stand at
+    for part, (x, y, shift) in factors.items():
+        product = Signal(width - shift, name=name.format(part), reset_less=reset_less)
+        m.d.sync += product.eq(x * y if multiply is None else multiply(x, y, part))
+        at.setdefault(shift, []).append(product)
+    return sum(sum(products[1:], products[0])[:width - shift] << shift for shift, products in at.items())[:width]
+
+
+def ecp5_multiply(m, name):
+    """A ``multiply`` for :func:`wrapped_product` from MULT18X18D blocks (:func:`ecp5_product`, named
+    ``name.format(part)``): the product of the factors given a cycle before, an unsigned one as a signed
+    value a bit wider."""
+    def multiply(x, y, part):
+        x, y = (v if v.shape().signed else Cat(v, 0).as_signed() for v in (x, y))
+        return ecp5_product(m, x, y, name=name.format(part))
+    return multiply

@@ -9,7 +9,9 @@ from tilewright import isa
 from tilewright.isa import ErrorCode, Opcode
 
 from .axi import AxiWriteSignature
+from .core import product_registers_reset_less
 from .dma import RowWriter
+from .dsp import ecp5_multiply, is_ecp5, wrapped_product
 from .pipe import pipe, replicas
 from .sequencer import CommandSignature, Sequencer, TokenPort
 from .sram import sram_shape
@@ -118,7 +120,7 @@ class StoreUnit(wiring.Component):
             # the scale register (per_channel_store), zero after reset too
             scale = Signal.like(self.acc_read.data) if c.per_channel_store else None
             m.d.comb += [self.acc_read.addr.eq(addr), self.acc_read.en.eq(1)]
-            element, valid, gap, acc = self._requantizer(m, insn, issue, read_valid, bias, scale)
+            element, valid, gap, acc = self._requantizer(m, platform, insn, issue, read_valid, bias, scale)
             # A set_bias STORE's entry goes to its register from `acc`, a cycle after the read, under
             # flags of their own: from the read port, with the instruction's `requant` choosing the
             # register, the path spanned the 85F twice (18.5 ns, 17.5 of it routing, on a 16x16 GEMM).
@@ -238,15 +240,16 @@ class StoreUnit(wiring.Component):
         m.d.sync += [room.eq(room - issue + taken), has_room.eq(taken | ~((room == 0) | ((room == 1) & issue)))]
         return has_room, Cat(*valid).any() | queue.r_rdy
 
-    def _requantizer(self, m, insn, issue, read_valid, bias, scale):
+    def _requantizer(self, m, platform, insn, issue, read_valid, bias, scale):
         """The element each SRAM read makes, plain or requantized; returns ``(element, valids, gap,
         acc)``: the valid bit of every stage (the last one's element enters the FIFO), the cycles left
         before a requantizing STORE may read its next entry and the register holding the entry read the
         cycle before (when no requantizing STORE is shifting it). ``scale``: the scale register, or None
         without ``per_channel_store``."""
         c = self.cfg
-        # SRAM reads feed the FIFO through seven stages, one step each: read ·
-        # registered · + bias · × mul (two halves) · sum · >> shift · clip.
+        # SRAM reads feed the FIFO through eight stages, one step each: read ·
+        # registered · + bias · operands at the multipliers · × mul (products of halves) · sum · >> shift
+        # · clip.
         # The requantizing steps take `vector_width` lanes a cycle: an ACC
         # entry spends `vector_passes` cycles in the registered stage, shifting
         # down a slice each cycle (the bias and scale registers turn with it),
@@ -306,16 +309,23 @@ class StoreUnit(wiring.Component):
                 m.d.sync += [b.eq(acc[k] + Mux(insn.bias & ~per_lane, bias[k], 0)),
                              muls[k].eq(Mux(per_lane, scale[k], insn.mul)),
                              late[k].eq(Mux(insn.bias & per_lane, bias[k], 0))]
-            late = [pipe(m, v, f"late_bias_{k}_1", data=True) for k, v in enumerate(late)]
-        # acc·mul mod 2**w = lo·mul + hi·mul·2**half (mod 2**w), lo and hi the halves of acc: the two
-        # partial products are registered apart from their sum, so no adder follows a multiplier.
-        half = w // 2
+            for n in (1, 2):        # (to the sum of the products, two stages on)
+                late = [pipe(m, v, f"late_bias_{k}_{n}", data=True) for k, v in enumerate(late)]
+        # acc·mul mod 2**w from products of halves registered apart from their sum (`wrapped_product`), a
+        # cycle after their operands are registered once more: on the ECP5 in the DSP
+        # blocks' input registers, at the multipliers (from the `biased` registers into the DSP column and
+        # the products back out, the route took most of 11 ns on the 85F at 90 MHz), elsewhere in fabric.
         products = []
         for k, b in enumerate(biased):
-            # (products reset, as the GEMM's are: see hw/core.py)
-            low = pipe(m, (b.as_unsigned()[:half] * muls[k])[:w], f"product_lo_{k}")
-            high = pipe(m, (b[half:] * muls[k])[:w - half], f"product_hi_{k}")
-            products.append(pipe(m, (low + (high << half) + late[k])[:w].as_signed(), f"product_{k}", data=True))
+            operands = b, muls[k]       # (the instruction's `mul` as it is: two products of halves, not three)
+            name, multiply = f"product_{{}}_{k}", None
+            if is_ecp5(platform):
+                multiply = ecp5_multiply(m, f"{name}_mult")
+            else:
+                operands = [pipe(m, v, name.format(n), data=True) for n, v in zip(("acc", "mul"), operands)]
+            product = wrapped_product(m, *operands, name=name, multiply=multiply,
+                                      reset_less=product_registers_reset_less(platform))
+            products.append(pipe(m, (product + late[k])[:w].as_signed(), f"product_{k}", data=True))
         hi = (1 << (c.out_width - 1)) - 1
         lo = Mux(insn.relu, 0, -hi - 1)
         quantized = []
@@ -331,7 +341,7 @@ class StoreUnit(wiring.Component):
                 m.d.comb += lane.eq(shifted)
             quantized.append(lane)
         quantized = Cat(quantized)
-        for n in range(4):
+        for n in range(5):
             plain = pipe(m, plain, f"plain_{n + 1}", data=True)
             valid.append(pipe(m, valid[-1], f"stage_valid_{n + 2}"))
             last.append(pipe(m, last[-1], f"stage_last_{n + 2}", data=True))
@@ -341,7 +351,7 @@ class StoreUnit(wiring.Component):
             m.d.sync += gathered.eq(Cat(gathered[len(quantized):], quantized))
             quantized = Cat(gathered, quantized)
         element = pipe(m, Mux(insn.requant, quantized, plain), "element", data=True)
-        valid.append(pipe(m, valid[-1] & last[-1], "stage_valid_6"))
+        valid.append(pipe(m, valid[-1] & last[-1], "stage_valid_7"))
         gap = Signal(range(max(passes, 2)))     # cycles until a requantizing STORE may read the next entry
         if passes > 1:
             with m.If(issue & insn.requant):

@@ -4,8 +4,8 @@ A small wrapper (:class:`CoreHarness`) gives the core real
 ``amaranth.lib.memory.Memory`` instances wired as ``hw/compute.py`` wires
 them: the accumulator's read ports (one or two, see
 :func:`~tilewright.hw.core.alu_reads_one_port`) are transparent to its write
-port (but the serial core's, which must never read a row as it is written:
-checked every cycle). Each test fills every memory with seeded random contents, runs GEMM or
+port as in ``hw/compute.py`` (but the serial core's, which must never read a row as it is written:
+checked every cycle, and the ALU's second port with several passes: :func:`~tilewright.hw.core.alu_port_transparent`). Each test fills every memory with seeded random contents, runs GEMM or
 ALU instructions on the core, reads ACC and OUT back and compares them with
 :class:`~tilewright.sim.FunctionalSimulator` executing the same instruction
 from the same SRAM contents (which it receives through LOAD instructions).
@@ -28,7 +28,7 @@ from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
 from tilewright import PRESETS, isa
-from tilewright.hw.core import ComputeCore, alu_reads_one_port, soft_multiply
+from tilewright.hw.core import ComputeCore, alu_port_transparent, alu_reads_one_port, soft_multiply
 from tilewright.hw.pipe import pipe
 from tilewright.hw.serial_core import core_for
 from tilewright.hw.sram import (acc_granularity, acc_loads_by_lane, acc_rows_by_lane, alu_granularity, sram_rows,
@@ -44,12 +44,16 @@ BATCH2 = TINY.replace(name="tiny_b2", batch=2, block_out=8)
 # 9 of 16 products in logic (the split runs through a lane), and 16-bit data all in logic
 SOFT = TINY.replace(name="tiny_soft", soft_products=9)
 SOFT16 = TINY.replace(name="tiny_soft16", inp_width=16, wgt_width=16, out_width=16, soft_products=16)
-# ALUs narrower than the accumulator row: one lane (4 passes per micro-op), and 2 of batch 2's 8 lanes
-# (with three passes or more the ALU reads both rows through one port: alu_reads_one_port; two passes, VEC4,
-# keep the second port)
+# ALUs narrower than the accumulator row: one lane of 4 (4 passes per micro-op), 2 and 4 of batch 2's 16
+# (with three passes or more the ALU reads both rows through one port: alu_reads_one_port)
 VEC1 = TINY.replace(name="tiny_v1", vector_lanes=1)
 VEC2 = BATCH2.replace(name="tiny_b2_v2", vector_lanes=2)
 VEC4 = BATCH2.replace(name="tiny_b2_v4", vector_lanes=4)
+# ... two passes, which keep the second port (not transparent to the write port: alu_port_transparent) ...
+HALF = TINY.replace(name="tiny_v2", vector_lanes=2)
+# ... and four passes that keep it too, `lean` sharing it with the requantizing STORE: both rows are
+# registered before the operands
+VEC1_LEAN = VEC1.replace(name="tiny_v1_lean", lean=True)
 # 64 products: each from operand copies of its own, and the accumulator's read registered before the
 # forwarding (hw/core.py, `registered_read`); with a two-lane ALU of four passes, reading one port
 WIDE = TINY.replace(name="tiny_8x8_v2", block_in=8, block_out=8, vector_lanes=2)
@@ -173,7 +177,8 @@ class CoreHarness(Elaboratable):
         transparent = () if self.cfg.serial_core else (acc_w,)
         wiring.connect(m, core.acc_read_a, mems["acc"].read_port(transparent_for=transparent))
         if not alu_reads_one_port(self.cfg):
-            wiring.connect(m, core.acc_read_b, mems["acc"].read_port(transparent_for=(acc_w,)))
+            transparent = (acc_w,) if alu_port_transparent(self.cfg) else ()
+            wiring.connect(m, core.acc_read_b, mems["acc"].read_port(transparent_for=transparent))
         wiring.connect(m, core.acc_write, acc_w)
         wiring.connect(m, core.out_write, mems["out"].write_port(granularity=alu_granularity(self.cfg)))
         return m
@@ -551,8 +556,8 @@ def test_alu_op(op, use_imm):
         check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2, VEC4, SERIAL, SERIAL1, SEQ, SEQ_B2, SEQ_MUL, SEQ_ONE,
-                                 SEQ_LEAN, SEQ_ACC16, SEQ_ROWS, SEQ_ROWS_B2],
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2, VEC4, HALF, VEC1_LEAN, SERIAL, SERIAL1, SEQ, SEQ_B2, SEQ_MUL,
+                                 SEQ_ONE, SEQ_LEAN, SEQ_ACC16, SEQ_ROWS, SEQ_ROWS_B2],
                          ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_other_lane_layouts(cfg, op):
@@ -565,7 +570,7 @@ def test_alu_other_lane_layouts(cfg, op):
         check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL1, SEQ, SEQ_ROWS], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, HALF, VEC1_LEAN, SERIAL1, SEQ, SEQ_ROWS], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_chain(op, cfg):
     """Micro-op k+1 reads, as its source, the row micro-op k writes (a running prefix).
@@ -585,7 +590,7 @@ def test_alu_chain(op, cfg):
 COMPOUNDING_IMM = {AluOp.ADD: 12345, AluOp.SHR: 1, AluOp.MUL: -3}
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, SERIAL, WIDE, SEQ_MUL], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, HALF, VEC1_LEAN, SERIAL, WIDE, SEQ_MUL], ids=lambda c: c.name)
 @pytest.mark.parametrize("use_imm", [True, False], ids=["imm", "vector"])
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_repeated_destination(op, use_imm, cfg):
@@ -826,19 +831,20 @@ def test_one_micro_op_per_cycle(cls, cfg):
     assert len(overhead) >= 4 and len(set(overhead.values())) == 1, f"cycles - n per shape: {overhead}"
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC4, VEC1], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC4, HALF, VEC1_LEAN], ids=lambda c: c.name)
 @pytest.mark.parametrize("op", [AluOp.ADD, AluOp.MUL, AluOp.SHR])
 def test_alu_chain_waits_one_cycle_per_dependent_micro_op(op, cfg):
     """An ALU micro-op reading the row the micro-op right ahead of it writes waits one cycle (that result
-    is a stage from ready and forwarded), or with several passes four (until the last slice is through S5
-    and the write register and read back), six where it reads its two rows through one port, one after
-    the other and through the GEMM's row register; one reading a row written two or more micro-ops earlier does not. Both match fsim."""
+    is a stage from ready and forwarded), or with several passes five (until the last slice is through S5
+    and written from the write register, and read back), six where it reads its two rows through
+    registers, through one port one after the other or through two with three passes or more; one reading
+    a row written two or more micro-ops earlier does not. Both match fsim."""
     rng = np.random.default_rng(65)
     cycles = {}
     for name, uops in (("chain", [(5, u, u) for u in range(8)]), ("apart", [(u, u + 8, u) for u in range(8)])):
         insn = Alu(uop_bgn=0, uop_end=8, iter_out=1, iter_in=4, alu_op=op)
         cycles[name] = check_against_fsim(insn, with_uops(random_contents(rng, cfg), 0, uops), cfg)["cycles"]
-    wait = 1 if cfg.vector_passes == 1 else 6 if alu_reads_one_port(cfg) else 4
+    wait = 1 if cfg.vector_passes == 1 else 6 if alu_reads_one_port(cfg) or cfg.vector_passes >= 3 else 5
     assert cycles["chain"] - cycles["apart"] == 31 * wait, cycles    # 32 micro-ops on one row: 31 wait
 
 

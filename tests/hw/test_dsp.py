@@ -10,17 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from amaranth import Module, Signal, signed
+from amaranth import Module, signed, unsigned
 from amaranth.back import rtlil
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
 
 from tilewright import PRESETS
 from tilewright.fpga.boards import get_board
 from tilewright.fpga.build import tool
 from tilewright.hw.core import OPERAND_COPIES_FROM, ComputeCore
-from tilewright.hw.dsp import ice40_product_pair
+from tilewright.hw.dsp import ice40_product_pair, wrapped_product
 from tilewright.hw.pipe import pipe
+from tilewright.hw.store import StoreUnit
 
 
 class _PairAgainstProducts(wiring.Component):
@@ -141,3 +143,56 @@ def test_ecp5_alu_multiplies_operand_copies_in_the_dsp():
         # a 16-bit half and its zero sign bit at the top of A and B (see above), a zero below
         assert [cell[f"{operand}{k}"] for operand in "AB" for k in (0, 17)] == ["1'0"] * 4
         assert all(cell[f"{operand}{k}"] != "1'0" for operand in "AB" for k in range(1, 17))
+
+
+class _Wrapped(wiring.Component):
+    """``wrapped_product`` of ``a`` and ``b`` (of ``b_shape``), a cycle later."""
+
+    def __init__(self, width, b_shape):
+        super().__init__({"a": In(width), "b": In(b_shape), "p": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.p.eq(wrapped_product(m, self.a, self.b, name="w_{}"))
+        return m
+
+
+@pytest.mark.parametrize("width,b_shape,products", [(32, unsigned(32), 3), (32, signed(16), 2), (32, signed(9), 2),
+                                                    (24, signed(16), 3), (16, unsigned(8), 3)],
+                         ids=lambda v: str(v))
+def test_wrapped_product_is_the_product_modulo_the_width(width, b_shape, products):
+    """``a·b mod 2**width`` from products of halves (two of a signed ``b`` of at most half the width, else
+    three), a cycle after the factors, for random and extreme factors, against Python's integers."""
+    dut = _Wrapped(width, b_shape)
+    rtlil_text = rtlil.convert(dut, name="top")
+    assert len(re.findall(r"wire width \d+ \\w_(?:ll|lh|hl|l|h)\b", rtlil_text)) == products
+    rng = np.random.default_rng(width + b_shape.width)
+    b_lo, b_hi = (-(1 << (b_shape.width - 1)), 1 << (b_shape.width - 1)) if b_shape.signed else (0, 1 << b_shape.width)
+    pairs = [(int(a), int(b)) for a, b in zip(rng.integers(0, 1 << width, 200), rng.integers(b_lo, b_hi, 200))]
+    pairs += [(a, b) for a in (0, 1, (1 << width) - 1, 1 << (width - 1)) for b in (b_lo, b_hi - 1, 0, 1)]
+    seen = []
+
+    async def bench(ctx):
+        for a, b in pairs:
+            ctx.set(dut.a, a)
+            ctx.set(dut.b, b)
+            await ctx.tick()
+            seen.append(ctx.get(dut.p))
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [(a * b) % (1 << width) for a, b in pairs]
+
+
+@pytest.mark.parametrize("store_scale,products", [(True, 3), (False, 2)])
+def test_ecp5_store_multiplies_registered_operands_in_the_dsp(store_scale, products):
+    """Elaborated for the ULX3S, the requantizing STORE takes each lane's products of halves from
+    MULT18X18D blocks whose A and B registers hold the operands: three with the per-lane scale (32-bit
+    multipliers), two with the instruction's 16-bit ``mul``."""
+    cfg = PRESETS["slim"].replace(requant_store=True, store_scale=store_scale)
+    il = rtlil.convert(StoreUnit(cfg, addr_width=24), name="top", platform=get_board("ulx3s-85f").platform_class())
+    cells = _mult_cells(il, "product_")
+    assert len(cells) == products * cfg.vector_width
+    for cell in cells:
+        assert (cell["REG_INPUTA_CLK"], cell["REG_INPUTB_CLK"], cell["REG_OUTPUT_CLK"]) == ('"CLK0"', '"CLK0"', '"NONE"')
