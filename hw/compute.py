@@ -103,9 +103,22 @@ class ComputeUnit(wiring.Component):
         acc_w = acc_mem.write_port(granularity=acc_granularity(c))
         # (The serial core reads no row in a cycle it writes it: its port needs no transparency.)
         acc_ra = acc_mem.read_port(transparent_for=() if c.serial_core else (acc_w,))
-        # (the ALU's second port, unless it reads both rows through the first)
-        acc_rb = None if alu_reads_one_port(c) else acc_mem.read_port(
-            transparent_for=(acc_w,) if alu_port_transparent(c) else ())
+        # The ALU's second port, unless it reads both rows through the first. Not transparent (several
+        # passes: `alu_port_transparent`), it reads a copy of the accumulators of its own, written with
+        # them, which never reads a row as it is written (the ALU waits out the write register; tokens keep
+        # a requantizing STORE off the rows compute writes): marked so, its block RAMs need none of the
+        # logic Yosys builds to return the old row on a collision (registers, a compare of the addresses
+        # and a multiplexer on every bit: 13.9 ns on the 85F at 80 MHz). (Yosys gives each read port
+        # block RAMs of its own anyway.)
+        acc_rb = None
+        if alu_port_transparent(c) and not alu_reads_one_port(c):
+            acc_rb = acc_mem.read_port(transparent_for=(acc_w,))
+        elif not alu_reads_one_port(c):
+            m.submodules.acc_mem_b = acc_copy = Memory(shape=sram_shape(c, "acc"), depth=sram_rows(c, "acc"), init=[])
+            acc_copy_w = acc_copy.write_port(granularity=acc_granularity(c))
+            acc_rb = acc_copy.read_port()
+            never_reads_while_written(acc_copy)
+            m.d.comb += [acc_copy_w.addr.eq(acc_w.addr), acc_copy_w.data.eq(acc_w.data), acc_copy_w.en.eq(acc_w.en)]
         # Requantizing STOREs read through a third port (tokens keep them off rows compute is writing),
         # or with `lean` through the ALU's second port between ALU instructions (without
         # `requant_store` the store stream never reads the accumulators).
@@ -125,7 +138,12 @@ class ComputeUnit(wiring.Component):
         wiring.connect(m, core.uop_read, uop_r)
         wiring.connect(m, core.acc_read_a, acc_ra)
         if c.requant_store and c.lean:
-            alu = C(0) if c.serial_core else core.alu_busy      # (the serial core reads through the first alone)
+            # The port is the ALU's from the cycle after its busy flag rises to the cycle after it falls, a
+            # register of its own choosing the block RAMs' address (from `active`, which reaches much of the
+            # core, the choice reached them through 13-14.5 ns on the 85F at 78 MHz): an ALU instruction's
+            # micro-ops pass S0 and S1 before they read their rows in S2, and it is done when the last
+            # has. (The serial core reads through the first port alone.)
+            alu = C(0) if c.serial_core else pipe(m, core.alu_busy, "acc_b_for_alu")
             m.d.comb += [acc_rb.addr.eq(Mux(alu, core.acc_read_b.addr, store_read.addr)),
                          acc_rb.en.eq(Mux(alu, core.acc_read_b.en, store_read.en)),
                          core.acc_read_b.data.eq(acc_rb.data), store_read.data.eq(acc_rb.data),
@@ -157,9 +175,9 @@ class ComputeUnit(wiring.Component):
         # One writer of acc at a time: the compute stream runs one instruction (a LOAD waits for the
         # core's last sums, the core for the LOAD). A LOAD's writes pass the core's write register
         # (`acc_loading`, chosen as an instruction starts), so the block RAMs' inputs come from it alone.
-        # Its last write lands by the cycle after it is done: before anything can read the row (the next
-        # compute instruction starts two cycles later at the earliest, and a token it pushes reaches
-        # the store stream no sooner).
+        # Its last write lands two cycles after it is done (the core registers a LOAD's writes once more):
+        # before anything can read the row (the next compute instruction starts then at the earliest and
+        # reads cycles later, and a token it pushes reaches the store stream no sooner).
         acc_loading = Signal()
         with m.If(seq.start):
             m.d.sync += acc_loading.eq(kind["acc"] | kind["acc8"])

@@ -853,7 +853,10 @@ class ComputeCore(wiring.Component):
             read_a = pipe(m, Mux(is_gemm, read_dst_next, s2_row_next), "acc_read_a_addr", data=True)
             m.d.comb += [self.acc_read_a.addr.eq(read_a), self.acc_read_a.en.eq(1)]
             if not one_port:
-                m.d.comb += [self.acc_read_b.addr.eq(s2_src), self.acc_read_b.en.eq(~is_gemm)]
+                # (S2's source row, from a register of its own that only this port reads: `s2_src` feeds
+                # the hazards' compares too, and the port's 16-32 block RAMs lie far apart)
+                read_b = pipe(m, next_src, "acc_read_b_addr", data=True)
+                m.d.comb += [self.acc_read_b.addr.eq(read_b), self.acc_read_b.en.eq(~is_gemm)]
 
         # -- the write register: ACC and OUT are written a cycle after a result is ready --------
         # A LOAD's data joins the ALU's results in one multiplexer (they never write together), and the
@@ -862,18 +865,23 @@ class ComputeCore(wiring.Component):
             m.d.comb += [write.eq(-1), core_dst.eq(g_dst)]
         with m.Elif(out_valid):
             m.d.comb += [write.eq(C(1, 1) << out_slice if passes > 1 else 1), core_dst.eq(out_dst)]
-        # `acc_loading` too, a cycle later: a LOAD writes no sooner than 6 cycles after it starts (its
-        # range check), and the next instruction starts 2 cycles after its last write at the earliest.
-        load = self.acc_load
+        # A LOAD's writes pass registers of their own first, a cycle later (the loader lies far from the
+        # accumulator's lanes: on the 85F at 78 MHz its data reached their write register through 13-15 ns),
+        # and `acc_loading` a cycle later too: a LOAD writes no sooner than 6 cycles after it starts (its
+        # range check), and the next instruction starts 2 cycles after the loader's last write at the
+        # earliest, and reads a row later still.
+        load_addr, load_data = (pipe(m, getattr(self.acc_load, n), f"acc_load_{n}", data=True)
+                                for n in ("addr", "data"))
+        load_en = pipe(m, self.acc_load.en, "acc_load_en")
         lane_loading = per_lane(self.acc_loading, "acc_loading")
         alu_rows = out_result.replicate(passes)
         lane_bits = len(alu_rows) // lanes
         for lane in range(lanes):
-            other = Mux(lane_loading[lane], load.data[lane], alu_rows[lane * lane_bits:(lane + 1) * lane_bits])
+            other = Mux(lane_loading[lane], load_data[lane], alu_rows[lane * lane_bits:(lane + 1) * lane_bits])
             m.d.comb += result[lane].eq(Mux(lane_valid[lane], g_result[lane], other))
         m.d.comb += [
-            write_dst.eq(Mux(lane_loading[0], load.addr, core_dst)),
-            write_acc.eq(Mux(lane_loading[0], widened(load.en, len(write_acc) // len(load.en)),
+            write_dst.eq(Mux(lane_loading[0], load_addr, core_dst)),
+            write_acc.eq(Mux(lane_loading[0], widened(load_en, len(write_acc) // len(load_en)),
                              widened(write, len(write_acc) // len(write)))),
         ]
         m.d.comb += [

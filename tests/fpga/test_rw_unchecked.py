@@ -80,3 +80,32 @@ def test_a_head_registered_fifo_synthesises_for_the_ecp5_in_both_forms(lutram, t
     synthesise("ecp5", tmp_path, progress=lambda line: None)
     used = json.loads((tmp_path / "stat.json").read_text())["modules"]["\\top"]["num_cells_by_type"]
     assert "TRELLIS_DPR16X4" in used and "DP16KD" not in used
+
+
+def _memory_attributes(cfg):
+    """Each accumulator memory of ``cfg``'s compute unit, by name: whether it is marked, and its read ports."""
+    import re
+
+    from tilewright.hw.compute import ComputeUnit
+    il = rtlil.convert(ComputeUnit(cfg), name="top")
+    read_ports = [cell for cell in il.split("cell ")[1:] if cell.startswith("$memrd_v2")]
+    found = {}
+    for match in re.finditer(r"((?:attribute .*\n\s*)*)memory .* \\(acc_mem\w*)\n", il):
+        reads = sum(f'\\MEMID "\\\\{match.group(2)}"' in cell for cell in read_ports)
+        found[match.group(2)] = ("no_rw_check" in match.group(1), reads)
+    return found
+
+
+# (`tiny` has the requantizing STORE: without `lean` it reads the accumulators through a port of its own)
+@pytest.mark.parametrize("vector_lanes,lean,expected", [
+    (4, False, {"acc_mem": (False, 3)}),                                     # one pass: transparent
+    (2, False, {"acc_mem": (False, 2), "acc_mem_b": (True, 1)}),             # two passes
+    (1, True, {"acc_mem": (False, 1), "acc_mem_b": (True, 1)}),              # shared with the STORE
+    (1, False, {"acc_mem": (False, 2)}),                                     # the ALU through one port
+])
+def test_the_alus_second_accumulator_port_reads_a_marked_copy_unless_transparent(vector_lanes, lean, expected):
+    """An ALU of several passes never reads a row through its second port as it is written: that port
+    reads a copy of the accumulators of its own, marked, and the first stays transparent for the GEMM."""
+    from tilewright import PRESETS
+    cfg = PRESETS["tiny"].replace(name="tiny_rw", vector_lanes=vector_lanes, lean=lean)
+    assert _memory_attributes(cfg) == expected

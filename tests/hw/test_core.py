@@ -4,8 +4,10 @@ A small wrapper (:class:`CoreHarness`) gives the core real
 ``amaranth.lib.memory.Memory`` instances wired as ``hw/compute.py`` wires
 them: the accumulator's read ports (one or two, see
 :func:`~tilewright.hw.core.alu_reads_one_port`) are transparent to its write
-port as in ``hw/compute.py`` (but the serial core's, which must never read a row as it is written:
-checked every cycle, and the ALU's second port with several passes: :func:`~tilewright.hw.core.alu_port_transparent`). Each test fills every memory with seeded random contents, runs GEMM or
+port, but the serial core's, which must never read a
+row as it is written (checked every cycle), and the ALU's second port with
+several passes (:func:`~tilewright.hw.core.alu_port_transparent`). Each test
+fills every memory with seeded random contents, runs GEMM or
 ALU instructions on the core, reads ACC and OUT back and compares them with
 :class:`~tilewright.sim.FunctionalSimulator` executing the same instruction
 from the same SRAM contents (which it receives through LOAD instructions).
@@ -556,8 +558,8 @@ def test_alu_op(op, use_imm):
         check_against_fsim(insn, with_uops(random_contents(rng, TINY), insn.uop_bgn, uops))
 
 
-@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2, VEC4, HALF, VEC1_LEAN, SERIAL, SERIAL1, SEQ, SEQ_B2, SEQ_MUL,
-                                 SEQ_ONE, SEQ_LEAN, SEQ_ACC16, SEQ_ROWS, SEQ_ROWS_B2],
+@pytest.mark.parametrize("cfg", [ACC16, BATCH2, VEC1, VEC2, VEC4, HALF, VEC1_LEAN, SERIAL, SERIAL1, SEQ, SEQ_B2,
+                                 SEQ_MUL, SEQ_ONE, SEQ_LEAN, SEQ_ACC16, SEQ_ROWS, SEQ_ROWS_B2],
                          ids=lambda c: c.name)
 @pytest.mark.parametrize("op", list(AluOp), ids=lambda op: op.name)
 def test_alu_other_lane_layouts(cfg, op):

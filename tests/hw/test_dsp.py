@@ -195,4 +195,5 @@ def test_ecp5_store_multiplies_registered_operands_in_the_dsp(store_scale, produ
     cells = _mult_cells(il, "product_")
     assert len(cells) == products * cfg.vector_width
     for cell in cells:
-        assert (cell["REG_INPUTA_CLK"], cell["REG_INPUTB_CLK"], cell["REG_OUTPUT_CLK"]) == ('"CLK0"', '"CLK0"', '"NONE"')
+        registers = (cell["REG_INPUTA_CLK"], cell["REG_INPUTB_CLK"], cell["REG_OUTPUT_CLK"])
+        assert registers == ('"CLK0"', '"CLK0"', '"NONE"')
