@@ -141,7 +141,7 @@ class ComputeUnit(wiring.Component):
             # The port is the ALU's from the cycle after its busy flag rises to the cycle after it falls, a
             # register of its own choosing the block RAMs' address (from `active`, which reaches much of the
             # core, the choice reached them through 13-14.5 ns on the 85F at 78 MHz): an ALU instruction's
-            # micro-ops pass S0 and S1 before they read their rows in S2, and it is done when the last
+            # micro-ops pass S0 at least before they read their rows (in S1 or S2), and it is done when the last
             # has. (The serial core reads through the first port alone.)
             alu = C(0) if c.serial_core else pipe(m, core.alu_busy, "acc_b_for_alu")
             m.d.comb += [acc_rb.addr.eq(Mux(alu, core.acc_read_b.addr, store_read.addr)),
@@ -175,7 +175,7 @@ class ComputeUnit(wiring.Component):
         # One writer of acc at a time: the compute stream runs one instruction (a LOAD waits for the
         # core's last sums, the core for the LOAD). A LOAD's writes pass the core's write register
         # (`acc_loading`, chosen as an instruction starts), so the block RAMs' inputs come from it alone.
-        # Its last write lands two cycles after it is done (the core registers a LOAD's writes once more):
+        # Its last write lands two cycles after it is done (the pipelined core registers them once more):
         # before anything can read the row (the next compute instruction starts then at the earliest and
         # reads cycles later, and a token it pushes reaches the store stream no sooner).
         acc_loading = Signal()

@@ -110,8 +110,8 @@ def wrapped_product(m, a, b, *, name, multiply=None, reset_less=False):
     three, ``lo(a)·lo(b) + (lo(a)·hi(b) + hi(a)·lo(b))·2**half``. ``multiply(x, y, part)`` makes each
     product (by default ``x * y``; a DSP block's: :func:`ecp5_multiply`) of an unsigned half of ``a`` and
     a half of ``b``, or ``b`` itself; its register is named ``name.format(part)``. ``reset_less`` as
-    :func:`~.core.product_registers_reset_less` says. Returns the sum of the registers (combinational, a
-    cycle after ``multiply``'s inputs)."""
+    :func:`~.core.product_registers_reset_less` says. Returns the sum of the registers, combinational: a
+    cycle after the factors with ``x * y``, two with :func:`ecp5_multiply` (its blocks register them)."""
     width = len(a)
     half = width // 2
     a = a.as_unsigned()

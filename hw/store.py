@@ -317,7 +317,7 @@ class StoreUnit(wiring.Component):
         # the products back out, the route took most of 11 ns on the 85F at 90 MHz), elsewhere in fabric.
         products = []
         for k, b in enumerate(biased):
-            operands = b, muls[k]       # (the instruction's `mul` as it is: two products of halves, not three)
+            operands = b, muls[k]       # (`mul` unextended: a 16-bit one takes two products of 32-bit halves)
             name, multiply = f"product_{{}}_{k}", None
             if is_ecp5(platform):
                 multiply = ecp5_multiply(m, f"{name}_mult")
