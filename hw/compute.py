@@ -96,7 +96,9 @@ class ComputeUnit(wiring.Component):
 
         # -- memories ------------------------------------------------------------
         m.submodules.uop_mem = uop_mem = Memory(shape=sram_shape(c, "uop"), depth=c.uop_depth, init=[])
-        m.submodules.acc_mem = acc_mem = Memory(shape=sram_shape(c, "acc"), depth=sram_rows(c, "acc"), init=[])
+        def acc_memory():
+            return Memory(shape=sram_shape(c, "acc"), depth=sram_rows(c, "acc"), init=[])
+        m.submodules.acc_mem = acc_mem = acc_memory()
         uop_w = uop_mem.write_port()
         uop_r = uop_mem.read_port()
         never_reads_while_written(uop_mem)          # (LOAD UOP and the core take turns)
@@ -111,10 +113,10 @@ class ComputeUnit(wiring.Component):
         # and a multiplexer on every bit: 13.9 ns on the 85F at 80 MHz). (Yosys gives each read port
         # block RAMs of its own anyway.)
         acc_rb = None
-        if alu_port_transparent(c) and not alu_reads_one_port(c):
+        if not alu_reads_one_port(c) and alu_port_transparent(c):
             acc_rb = acc_mem.read_port(transparent_for=(acc_w,))
         elif not alu_reads_one_port(c):
-            m.submodules.acc_mem_b = acc_copy = Memory(shape=sram_shape(c, "acc"), depth=sram_rows(c, "acc"), init=[])
+            m.submodules.acc_mem_b = acc_copy = acc_memory()
             acc_copy_w = acc_copy.write_port(granularity=acc_granularity(c))
             acc_rb = acc_copy.read_port()
             never_reads_while_written(acc_copy)

@@ -814,7 +814,7 @@ class ComputeCore(wiring.Component):
             ]
             x_busy = x_valid & ~x_final         # S3 keeps its micro-op next cycle
             hazard = (((x_busy | (x_valid & x_done)) & x_hit) | (w_valid & w_hit) | (out_valid & out_hit))
-            if not one_port:
+            if not (one_port or alu_port_transparent(c)):
                 # The second port is not transparent to the write port (see `alu_port_transparent`): S2 also
                 # waits while the write register writes one of its rows, so it reads the row the cycle after.
                 wr_hit = Signal(reset_less=True, name="wr_writes_s2_row")

@@ -118,10 +118,12 @@ def wrapped_product(m, a, b, *, name, multiply=None, reset_less=False):
     if len(b) <= half and b.shape().signed:
         factors = {"l": (a[:half], b, 0), "h": (a[half:], b, half)}
     else:
-        wide = Signal(width, name=name.format("b"))       # (``b`` extended as its sign says, or cut)
-        m.d.comb += wide.eq(b)
-        factors = {"ll": (a[:half], wide[:half], 0), "lh": (a[:half], wide[half:], half),
-                   "hl": (a[half:], wide[:half], half)}
+        if len(b) != width:
+            wide = Signal(width, name=name.format("b"))       # (``b`` extended as its sign says, or cut)
+            m.d.comb += wide.eq(b)
+            b = wide
+        b = b.as_unsigned()
+        factors = {"ll": (a[:half], b[:half], 0), "lh": (a[:half], b[half:], half), "hl": (a[half:], b[:half], half)}
     at = {}     # the registered products by the power of two they stand at
     for part, (x, y, shift) in factors.items():
         product = Signal(width - shift, name=name.format(part), reset_less=reset_less)
