@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright import isa
 from tilewright.isa import ErrorCode, MemType, Opcode
 
-from .core import alu_port_transparent, alu_reads_one_port
+from .core import acc_port_a_forwarded, alu_port_transparent, alu_reads_one_port
 from .serial_core import core_for
 from .padded_load import LoadRequest
 from .pipe import pipe
@@ -103,33 +103,40 @@ class ComputeUnit(wiring.Component):
         uop_r = uop_mem.read_port()
         never_reads_while_written(uop_mem)          # (LOAD UOP and the core take turns)
         acc_w = acc_mem.write_port(granularity=acc_granularity(c))
-        # (The serial core reads no row in a cycle it writes it: its port needs no transparency.)
-        acc_ra = acc_mem.read_port(transparent_for=() if c.serial_core else (acc_w,))
+
+        def acc_copy(name):
+            """A read port of a copy of the accumulators of its own, written with them, for a reader that
+            never reads a row as it is written: marked so, its block RAMs need none of the logic Yosys builds
+            to return the old row on a collision (registers, a compare of the addresses and a multiplexer on
+            every bit: 13.9 ns on the 85F at 80 MHz). (Yosys gives each read port block RAMs of its own
+            anyway.)"""
+            m.submodules[name] = copy = acc_memory()
+            copy_w = copy.write_port(granularity=acc_granularity(c))
+            port = copy.read_port()
+            never_reads_while_written(copy)
+            m.d.comb += [copy_w.addr.eq(acc_w.addr), copy_w.data.eq(acc_w.data), copy_w.en.eq(acc_w.en)]
+            return port
+        # The first port is transparent to the write port, unless the core makes it read as if it were
+        # (`acc_port_a_forwarded`: its bits written in the cycle it reads them may then be undefined) or
+        # it is the serial core's, which reads no row in a cycle it writes it.
+        transparent_a = not (c.serial_core or acc_port_a_forwarded(c))
+        acc_ra = acc_mem.read_port(transparent_for=(acc_w,) if transparent_a else ())
         # The ALU's second port, unless it reads both rows through the first. Not transparent (several
-        # passes: `alu_port_transparent`), it reads a copy of the accumulators of its own, written with
-        # them, which never reads a row as it is written (the ALU waits out the write register; tokens keep
-        # a requantizing STORE off the rows compute writes): marked so, its block RAMs need none of the
-        # logic Yosys builds to return the old row on a collision (registers, a compare of the addresses
-        # and a multiplexer on every bit: 13.9 ns on the 85F at 80 MHz). (Yosys gives each read port
-        # block RAMs of its own anyway.)
+        # passes: `alu_port_transparent`), it reads a copy (the ALU waits out the write register; tokens
+        # keep a requantizing STORE off the rows compute writes).
         acc_rb = None
         if not alu_reads_one_port(c) and alu_port_transparent(c):
             acc_rb = acc_mem.read_port(transparent_for=(acc_w,))
         elif not alu_reads_one_port(c):
-            m.submodules.acc_mem_b = acc_copy = acc_memory()
-            acc_copy_w = acc_copy.write_port(granularity=acc_granularity(c))
-            acc_rb = acc_copy.read_port()
-            never_reads_while_written(acc_copy)
-            m.d.comb += [acc_copy_w.addr.eq(acc_w.addr), acc_copy_w.data.eq(acc_w.data), acc_copy_w.en.eq(acc_w.en)]
-        # Requantizing STOREs read through a third port (tokens keep them off rows compute is writing),
-        # or with `lean` through the ALU's second port between ALU instructions (without
+            acc_rb = acc_copy("acc_mem_b")
+        # Requantizing STOREs read through a third port, a copy (tokens keep them off rows compute is
+        # writing), or with `lean` through the ALU's second port between ALU instructions (without
         # `requant_store` the store stream never reads the accumulators).
         store_read = self.acc_for_store
         if c.requant_store and not c.lean:
-            wiring.connect(m, wiring.flipped(store_read), acc_mem.read_port())
+            wiring.connect(m, wiring.flipped(store_read), acc_copy("acc_mem_store"))
             m.d.comb += self.acc_for_store_free.eq(1)
-
-        if c.serial_core and len(acc_mem.read_ports) == 1:
+        if not transparent_a and len(acc_mem.read_ports) == 1:
             never_reads_while_written(acc_mem)
 
         # -- executors -------------------------------------------------------------

@@ -57,7 +57,7 @@ from .pipe import pipe, replicas
 from .sram import acc_granularity, alu_granularity, load_granularity, sram_addr_bits, sram_shape, widened
 
 __all__ = ["LoopGenerator", "ComputeCore", "adder_tree", "saturating_step", "soft_multiply", "OPERAND_COPIES_FROM",
-           "alu_reads_one_port", "alu_port_transparent"]
+           "alu_reads_one_port", "alu_port_transparent", "acc_port_a_forwarded"]
 
 #: A GEMM of this many products or more copies its operand registers for each product (a stage more):
 #: its DSP blocks are spread along the DSP rows of a large FPGA.
@@ -85,6 +85,18 @@ def alu_port_transparent(cfg):
     compare of the addresses and a multiplexer on its every bit after the block RAMs (Yosys builds them;
     shared with the requantizing STORE, the write address into that compare took 15.4 ns on the 85F)."""
     return cfg.vector_passes == 1
+
+
+def acc_port_a_forwarded(cfg):
+    """Whether the core makes its first accumulator port read as one transparent to the write port would: the
+    port itself is not transparent, and the core takes the row the write register wrote in the cycle the port
+    read it from a register of its own, in the bits it wrote. So it does with several ALU passes, whose port
+    address is a register: the write register's row and enables and whether it writes the row read, a compare
+    of two registers, are registered beside the lanes. (Left to Yosys, that logic sits beside the block RAMs
+    from one compare: on the 85F at 80 MHz, 15.1 ns from the port's address.) The port then reads a copy of
+    the accumulators marked as never reading a row being written (its bits written in that cycle are
+    undefined), and the serial core's port is not transparent either (it reads no row as it writes it)."""
+    return cfg.vector_passes > 1 and not cfg.serial_core
 
 
 def product_registers_reset_less(platform):
@@ -352,10 +364,12 @@ class ComputeCore(wiring.Component):
         copies_per_row = 1 if is_small_fpga(platform) else lanes
         imm_operands = [Signal(reset_less=True, name=f"use_imm_replica_operand{k}") for k in range(copies_per_row)]
         imm_hazard = Signal(reset_less=True, name="use_imm_replica_hazard")
+        # The immediate itself, a copy for each copy of `imm_operands` (one register reached the MUL's DSP
+        # blocks in every lane: on the 85F at 80 MHz, 14.5 ns)
+        imms = [Signal(signed(c.acc_width), reset_less=True, name=f"imm_replica{k}") for k in range(copies_per_row)]
         # The ALU operation as one flag per operation: the selects and the MUL's timing read a flip-flop,
         # not a compare of the opcode field (on the 85F at 100 MHz that compare led every result bit).
         alu_is = {op: Signal(name=f"alu_is_{op.name.lower()}", reset_less=True) for op in AluOp}
-        imm = Signal(signed(c.acc_width), reset_less=True)
         active = Signal()
         error = Signal(isa.ERROR_BITS)
         failed = Signal()       # error != 0, a flip-flop: what S2 passes on and the loops' stop read it
@@ -386,7 +400,7 @@ class ComputeCore(wiring.Component):
             m.d.sync += [
                 is_gemm.eq(a_gemm),
                 use_imm.eq(alu.use_imm), imm_hazard.eq(alu.use_imm), *(r.eq(alu.use_imm) for r in imm_operands),
-                *(flag.eq(alu.alu_op == op) for op, flag in alu_is.items()), imm.eq(alu.imm),
+                *(flag.eq(alu.alu_op == op) for op, flag in alu_is.items()), *(r.eq(alu.imm) for r in imms),
             ]
         with m.If(self.start):
             m.d.sync += [reset.eq(gemm.reset), overwrite.eq(gemm.overwrite),
@@ -626,13 +640,17 @@ class ComputeCore(wiring.Component):
         # register is data.)
         from_g = per_lane(ctrl[-2][0] & (acc_dst == read_dst), "acc_from_g")
         from_wr = per_lane(g_valid & (g_dst == read_dst), "acc_from_wr")
-        row_read = self.acc_read_a.data
+        forwards_a = acc_port_a_forwarded(c)
+        # The first port's rows, as a transparent port reads them (`acc_port_a_forwarded`: assigned below)
+        a_data = Signal(self.acc_shape) if forwards_a else self.acc_read_a.data
+        # The row the write register wrote last cycle (`wr_data` a cycle later)
+        wr_prev = pipe(m, wr_data, "wr_prev", data=True) if registered_read or forwards_a else None
+        row_read = a_data
         forwarded = [(from_g, g_result), (from_wr, wr_data)]
         if registered_read:
-            row_read = pipe(m, self.acc_read_a.data, "acc_row_read", data=True)
+            row_read = pipe(m, a_data, "acc_row_read", data=True)
             written, written_dst = pipe(m, g_valid, "g_written"), pipe(m, g_dst, "g_written_dst", data=True)
-            forwarded.append((per_lane(written & (written_dst == read_dst), "acc_from_prev"),
-                              pipe(m, wr_data, "wr_prev", data=True)))
+            forwarded.append((per_lane(written & (written_dst == read_dst), "acc_from_prev"), wr_prev))
         for lane in range(lanes):
             with m.If(clear_row[lane]):
                 m.d.sync += acc_row[lane].eq(0)
@@ -749,7 +767,7 @@ class ComputeCore(wiring.Component):
         elif registered_rows:
             a_row, b_row = port_row, pipe(m, self.acc_read_b.data, "b_row_read", data=True)
         else:
-            a_row, b_row = self.acc_read_a.data, self.acc_read_b.data
+            a_row, b_row = a_data, self.acc_read_b.data
         if passes > 1:
             # Whether the operand registers take S2's rows or shift a slice down, from copies a lane each
             # of registers computed from S3's next state (a select reaches every operand bit: on the 85F
@@ -760,7 +778,8 @@ class ComputeCore(wiring.Component):
                 (a_op, a_next, "a", a_row, next_dst),
                 (b_op, b_next, "b", b_row, next_src)):
             def taking(value, lane):      # (b_op takes an immediate operand as a row)
-                return Mux(imm_operands[lane % copies_per_row], imm, value) if op is b_op else value
+                copy = lane % copies_per_row
+                return Mux(imm_operands[copy], imms[copy], value) if op is b_op else value
             if passes == 1:
                 # Whether S4 or the write register writes the row of the micro-op in S2 (the read S2
                 # captures sees neither), compared a cycle ahead (against the rows they and S2 will hold)
@@ -852,6 +871,17 @@ class ComputeCore(wiring.Component):
             s2_row_next = Mux(reads_anew, next_dst, next_src) if one_port else next_dst
             read_a = pipe(m, Mux(is_gemm, read_dst_next, s2_row_next), "acc_read_a_addr", data=True)
             m.d.comb += [self.acc_read_a.addr.eq(read_a), self.acc_read_a.en.eq(1)]
+            # The port is not transparent (`acc_port_a_forwarded`): the bits the write register writes as
+            # it reads their row are taken from `wr_prev` the cycle after, by flags of the write enables'
+            # slices, copies a lane each (they reach every bit of the row).
+            same_row = wr_dst == read_a
+            per_bit = lanes // len(wr_acc_en)                   # (lanes a write enable covers)
+            wrote = [replicas(m, en & same_row, f"acc_a_wrote{k}", per_bit if copies_per_row > 1 else 1, data=True)
+                     for k, en in enumerate(wr_acc_en)]
+            for lane in range(lanes):
+                copies = wrote[lane // per_bit]
+                took = copies[lane % len(copies)]
+                m.d.comb += a_data[lane].eq(Mux(took, wr_prev[lane], self.acc_read_a.data[lane]))
             if not one_port:
                 # (S2's source row, from a register of its own that only this port reads: `s2_src` feeds
                 # the hazards' compares too, and the port's 16-32 block RAMs lie far apart)

@@ -381,7 +381,7 @@ class Accelerator(wiring.Component):
         # LUT's output reached its ~1,200 flip-flops across the die (on the 85F at 100 MHz, 7.8 ns).
         # (Through an ECP5 global buffer it was faster, but nextpnr then failed to route the flip-flop
         # into the buffer with one seed in three: docs/fpga.md.)
-        clear = Signal(init=1)
+        clear = Signal(init=1, name="clear_replica_datapath")     # (kept apart from the counters' copy)
         m.d.sync += clear.eq(start_now)
         m.domains.datapath = ClockDomain("datapath", local=True)
         m.d.comb += [ClockSignal("datapath").eq(ClockSignal()), ResetSignal("datapath").eq(clear)]

@@ -47,14 +47,14 @@ class Device:
     # -- programs ------------------------------------------------------------------------
 
     def place(self, program):
-        """Memory for ``program``: its image at the config's segment alignment, then its instructions at 64
-        bytes. Returns ``(base, insn_addr, binary)``, the binary encoded for ``base``; frees the image when the
+        """Memory for ``program``: its image at the config's segment alignment, then its instructions at
+        ``isa.PROGRAM_ALIGN`` bytes. Returns ``(base, insn_addr, binary)``, the binary encoded for ``base``; frees the image when the
         instructions do not encode or fit. (Every run places its program so; the co-design search asks it whether a
         board's memory holds a layer.)"""
         base = self.alloc(program.dram_bytes)
         try:
             binary = program.binary_at(base)
-            insn_addr = self.alloc(len(binary), align=64)
+            insn_addr = self.alloc(len(binary), align=isa.PROGRAM_ALIGN)
         except BaseException:
             self.free(base)
             raise

@@ -69,7 +69,7 @@ def program_image(cfg, program, *, dram=None, dram_bytes=1 << 16, seed=0, thread
     """Place ``program`` (instructions or encoded bytes) after the data already in ``dram``."""
     dram = dram or Dram(dram_bytes)
     binary = program if isinstance(program, (bytes, bytearray)) else isa.encode_program(program, cfg)
-    insn_addr = dram.alloc(len(binary), align=64)
+    insn_addr = dram.alloc(len(binary), align=isa.PROGRAM_ALIGN)
     dram.write(insn_addr, binary)
     return ProgramImage(cfg=cfg, seed=seed, dram=dram.data.tobytes(), dram_bytes=dram.size,
                         insn_addr=insn_addr, binary=bytes(binary), threads=threads)

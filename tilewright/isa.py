@@ -26,11 +26,14 @@ __all__ = [
     "encode", "decode", "encode_program", "decode_program", "validate", "fetch_error", "stream_of",
     "queue_of", "illegal_flags", "dram_end", "padded_rows", "padded_cols", "moves_nothing", "LOAD_STREAMS",
     "STORE_MEMORY_TYPES", "DEP_FLAGS", "config_problem", "uop_bits", "instruction_layouts", "uop_layout",
-    "ERROR_BITS",
+    "ERROR_BITS", "PROGRAM_ALIGN",
 ]
 
 INSN_BITS = 128
 INSN_BYTES = INSN_BITS // 8
+#: Hosts place a program's instructions at a multiple of this many bytes, a beat of the widest DRAM bus (512
+#: bits): a program starts a beat on every config. (The fetch stream and fsim need only ``INSN_BYTES``.)
+PROGRAM_ALIGN = 64
 
 
 class Opcode(enum.IntEnum):

@@ -96,16 +96,19 @@ def _memory_attributes(cfg):
     return found
 
 
-# (`tiny` has the requantizing STORE: without `lean` it reads the accumulators through a port of its own)
-@pytest.mark.parametrize("vector_lanes,lean,expected", [
-    (4, False, {"acc_mem": (False, 3)}),                                     # one pass: transparent
-    (2, False, {"acc_mem": (False, 2), "acc_mem_b": (True, 1)}),             # two passes
-    (1, True, {"acc_mem": (False, 1), "acc_mem_b": (True, 1)}),              # shared with the STORE
-    (1, False, {"acc_mem": (False, 2)}),                                     # the ALU through one port
+# (`tiny` has the requantizing STORE: without `lean` it reads the accumulators through a copy of its own)
+@pytest.mark.parametrize("vector_lanes,lean,serial,expected", [
+    (4, False, False, {"acc_mem": (False, 2), "acc_mem_store": (True, 1)}),     # one pass: transparent
+    (2, False, False, {"acc_mem": (True, 1), "acc_mem_b": (True, 1), "acc_mem_store": (True, 1)}),  # two passes
+    (1, True, False, {"acc_mem": (True, 1), "acc_mem_b": (True, 1)}),           # shared with the STORE
+    (1, False, False, {"acc_mem": (True, 1), "acc_mem_store": (True, 1)}),      # the ALU through one port
+    (1, False, True, {"acc_mem": (True, 1), "acc_mem_store": (True, 1)}),       # the serial core
 ])
-def test_the_alus_second_accumulator_port_reads_a_marked_copy_unless_transparent(vector_lanes, lean, expected):
-    """An ALU of several passes never reads a row through its second port as it is written: that port
-    reads a copy of the accumulators of its own, marked, and the first stays transparent for the GEMM."""
+def test_accumulator_ports_read_marked_memories_unless_transparent(vector_lanes, lean, serial, expected):
+    """Only an ALU of one pass reads the accumulators through ports transparent to the write port. Every
+    other port reads a memory of its own, marked: the first port with several passes, which the core makes
+    read as a transparent one would (`acc_port_a_forwarded`), and the serial core's; the ALU's second port,
+    which never reads a row as it is written; the requantizing STORE's."""
     from tilewright import PRESETS
-    cfg = PRESETS["tiny"].replace(name="tiny_rw", vector_lanes=vector_lanes, lean=lean)
+    cfg = PRESETS["tiny"].replace(name="tiny_rw", vector_lanes=vector_lanes, lean=lean, serial_core=serial)
     assert _memory_attributes(cfg) == expected
