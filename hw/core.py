@@ -34,7 +34,8 @@ Every SRAM read is registered before logic uses it: a block RAM's
 clock-to-out is more than half a 100 MHz cycle on the ECP5. The
 accumulator rows a GEMM adds to are read two cycles before the write
 (three with 64 products or more, registered as they leave the block RAMs),
-through ports transparent to the write port, and the rows written in
+through ports transparent to the write port (or read as if they were:
+:func:`acc_port_a_forwarded`), and the rows written in
 between (being summed, in the write register, and with 64 products the
 one it wrote last) are forwarded into the row register, so back-to-back
 GEMM micro-ops on one row need no stall and no software help. An ALU of
@@ -93,9 +94,9 @@ def acc_port_a_forwarded(cfg):
     read it from a register of its own, in the bits it wrote. So it does with several ALU passes, whose port
     address is a register: the write register's row and enables and whether it writes the row read, a compare
     of two registers, are registered beside the lanes. (Left to Yosys, that logic sits beside the block RAMs
-    from one compare: on the 85F at 80 MHz, 15.1 ns from the port's address.) The port then reads a copy of
-    the accumulators marked as never reading a row being written (its bits written in that cycle are
-    undefined), and the serial core's port is not transparent either (it reads no row as it writes it)."""
+    from one compare: on the 85F at 80 MHz, 15.1 ns from the port's address.) The port then reads a memory
+    of its own marked as never reading a row being written (its bits written in that cycle are undefined).
+    (The serial core's port is not transparent either: it reads no row as it writes it.)"""
     return cfg.vector_passes > 1 and not cfg.serial_core
 
 
