@@ -416,10 +416,11 @@ def build_bitstreams(board_name, *, config=None, freq_mhz=None, seeds=(1,), out_
 
 
 #: Registers named ``*_replica*`` (:func:`tilewright.hw.pipe.replicas`) are copies of one value for sinks
-#: far apart; Yosys would merge them back into one flip-flop driving them all. (``%a``: the wires the name is an
-#: alias of too. A register that drives a clock domain's reset has its Q on the domain's reset wire, which
-#: Amaranth may name ``<domain>_rst``, the replica's name only an alias of it.)
-KEEP_REPLICAS = "setattr -set keep 1 w:*_replica* %a %ci1 c:* %i"
+#: far apart; Yosys would merge them back into one flip-flop driving them all. The flip-flops driving those
+#: wires are kept (``%ci1:+[Q]``; not the cells reading them), and those driving the wires the name is an
+#: alias of (``%a``): Amaranth may emit a register under another of its names, e.g. one driving a clock
+#: domain's reset as ``<domain>_rst``, or a skid buffer's flag as the ready it drives.
+KEEP_REPLICAS = "setattr -set keep 1 w:*_replica* %a %ci1:+[Q] c:* %i"
 
 #: Memories marked by :func:`tilewright.hw.sram.never_reads_while_written` (one write port, one read port)
 #: read an undefined value on a collision, which the block RAMs' ports then need no logic to define.

@@ -864,8 +864,8 @@ class ComputeCore(wiring.Component):
             # S2 reads its own rows, and the first port's address is a register of its own: the GEMM's row
             # or S2's (with one port its destination row as it reads anew, then its source row), chosen
             # a cycle ahead from the registers' next values. It reaches the 16-32 block RAMs and the
-            # logic Yosys builds beside them for reads of a row being written (on the 85F at 100 MHz
-            # `is_gemm`'s multiplexer in front of them led the latest paths). `is_gemm` itself is a
+            # compare below (on the 85F at 100 MHz `is_gemm`'s multiplexer in front of them led the
+            # latest paths, with the port transparent). `is_gemm` itself is a
             # cycle old there: it changes only while the core is idle, with nothing in flight, and
             # nothing reads the row read in the cycle after.
             read_dst_next = ctrl[read_stage - 1][1] if read_stage > 0 else next_dst
@@ -876,11 +876,11 @@ class ComputeCore(wiring.Component):
             # it reads their row are taken from `wr_prev` the cycle after, by flags of the write enables'
             # slices, copies a lane each (they reach every bit of the row).
             same_row = wr_dst == read_a
-            per_bit = lanes // len(wr_acc_en)                   # (lanes a write enable covers)
-            wrote = [replicas(m, en & same_row, f"acc_a_wrote{k}", per_bit if copies_per_row > 1 else 1, data=True)
-                     for k, en in enumerate(wr_acc_en)]
+            lanes_per_en = lanes // len(wr_acc_en)
+            wrote = [replicas(m, en & same_row, f"acc_a_wrote{k}", lanes_per_en if copies_per_row > 1 else 1,
+                              data=True) for k, en in enumerate(wr_acc_en)]
             for lane in range(lanes):
-                copies = wrote[lane // per_bit]
+                copies = wrote[lane // lanes_per_en]
                 took = copies[lane % len(copies)]
                 m.d.comb += a_data[lane].eq(Mux(took, wr_prev[lane], self.acc_read_a.data[lane]))
             if not one_port:

@@ -48,9 +48,9 @@ class Device:
 
     def place(self, program):
         """Memory for ``program``: its image at the config's segment alignment, then its instructions at
-        ``isa.PROGRAM_ALIGN`` bytes. Returns ``(base, insn_addr, binary)``, the binary encoded for ``base``; frees the image when the
-        instructions do not encode or fit. (Every run places its program so; the co-design search asks it whether a
-        board's memory holds a layer.)"""
+        ``isa.PROGRAM_ALIGN`` bytes. Returns ``(base, insn_addr, binary)``, the binary encoded for ``base``;
+        frees the image when the instructions do not encode or fit. (Every run places its program so; the
+        co-design search asks it whether a board's memory holds a layer.)"""
         base = self.alloc(program.dram_bytes)
         try:
             binary = program.binary_at(base)

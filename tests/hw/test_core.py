@@ -502,14 +502,15 @@ def test_gemm_overwrite(seed, cfg):
     check_against_fsim(insn, with_uops(random_contents(rng, cfg), insn.uop_bgn, uops), cfg)
 
 
-@pytest.mark.parametrize("cfg", [TINY, VEC1, WIDE, WIDE_LEAN, SEQ, GL2, GL4_WIDE], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [TINY, VEC1, VEC4, WIDE, WIDE_LEAN, SEQ, GL2, GL4_WIDE], ids=lambda c: c.name)
 @pytest.mark.parametrize("distance", [1, 2, 3, 4, 5, 7])
 def test_gemm_repeated_destination(distance, cfg):
     """Micro-ops writing the row written ``distance`` micro-ops earlier accumulate every product.
 
     Distance 1 is the back-to-back case: the row is read in the cycle the
-    micro-op ahead writes it, so only the transparent read gives the new
-    value. Larger distances cover every stage of the product/tree pipeline.
+    micro-op ahead writes it, so only the transparent read (or with an ALU of
+    several passes, the core's forwarding in its place: `acc_port_a_forwarded`)
+    gives the new value. Larger distances cover every stage of the product/tree pipeline.
     An inner loop with ``dst_factor_in = 0`` repeats the rows across loop
     iterations too. (With an ALU of several passes the read address is a
     register of its own.)
@@ -626,7 +627,7 @@ def test_alu_repeated_destination(op, use_imm, cfg):
     """Micro-ops on the destination written 1, 2 or 3 micro-ops earlier (max pooling, sums) match fsim.
 
     Destinations repeat in back-to-back micro-ops (the transparent read of
-    port A) and sources are sometimes the row just written.
+    port A, or the core's forwarding in its place) and sources are sometimes the row just written.
     """
     rng = np.random.default_rng([int(op), use_imm, 9])
     for distance in (1, 2, 3):
