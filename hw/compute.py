@@ -125,10 +125,8 @@ class ComputeUnit(wiring.Component):
         # passes: `alu_port_transparent`), it reads a copy (the ALU waits out the write register; tokens
         # keep a requantizing STORE off the rows compute writes).
         acc_rb = None
-        if not alu_reads_one_port(c) and alu_port_transparent(c):
-            acc_rb = acc_mem.read_port(transparent_for=(acc_w,))
-        elif not alu_reads_one_port(c):
-            acc_rb = acc_copy("acc_mem_b")
+        if not alu_reads_one_port(c):
+            acc_rb = acc_mem.read_port(transparent_for=(acc_w,)) if alu_port_transparent(c) else acc_copy("acc_mem_b")
         # Requantizing STOREs read through a third port, a copy (tokens keep them off rows compute is
         # writing), or with `lean` through the ALU's second port between ALU instructions (without
         # `requant_store` the store stream never reads the accumulators).
